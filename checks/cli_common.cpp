@@ -1,0 +1,64 @@
+#include "cli_common.h"
+
+#include <ATen/ATen.h>
+#include <sstream>
+#include <stdexcept>
+
+#include "tinygpt/device.h"
+
+namespace tinygpt::cli {
+
+void add_run_options(CLI::App* cmd, RunOptions& opts) {
+  cmd->add_option("--device", opts.device, "cpu, cuda or cuda:N (CUDA needs a CUDA LibTorch)")
+      ->capture_default_str();
+  cmd->add_option("--threads", opts.threads,
+                  "intra-op CPU threads (default: the cores this process may use)")
+      ->check(CLI::PositiveNumber);
+}
+
+c10::Device apply_run_options(const RunOptions& opts) {
+  set_threads(opts.threads > 0 ? opts.threads : available_cores());
+  return parse_device(opts.device);
+}
+
+std::vector<int64_t> parse_ids(const std::string& text, int64_t vocab, const std::string& option) {
+  std::vector<int64_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      throw std::invalid_argument(option + ": '" + item + "' is not an integer token id");
+    if (v < 0 || v >= vocab)
+      throw std::invalid_argument(option + ": id " + item + " outside [0, " + std::to_string(vocab) + ")");
+    ids.push_back(v);
+  }
+  if (ids.empty() || (!text.empty() && text.back() == ','))
+    throw std::invalid_argument(option + ": expected comma-separated ids such as 1,2,3");
+  return ids;
+}
+
+at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device) {
+  if (batch < 1) throw std::invalid_argument("--batch must be >= 1");
+  at::Tensor row = at::tensor(ids, at::kLong).unsqueeze(0);  // (1, n)
+  return row.repeat({batch, 1}).to(device);                  // (batch, n)
+}
+
+std::string join_ids(const at::Tensor& row) {
+  at::Tensor r = row.to(at::kCPU).contiguous();
+  std::string s;
+  const int64_t* p = r.data_ptr<int64_t>();
+  for (int64_t i = 0; i < r.numel(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(p[i]);
+  }
+  return s;
+}
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,35 @@
+// Pieces every tinygpt subcommand shares: device/thread options and argument parsing helpers.
+// Parsing helpers throw std::invalid_argument with the option's name; main() maps that to exit 2.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <CLI/CLI.hpp>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tinygpt::cli {
+
+// Exit codes: the verdict reaches CI through these.
+enum Exit : int { kOk = 0, kCheckFailed = 1, kBadInput = 2, kRuntimeError = 3 };
+
+struct RunOptions {
+  std::string device = "cpu";
+  int threads = 0;  // 0 = the cores available
+};
+
+// Adds --device and --threads to a subcommand.
+void add_run_options(CLI::App* cmd, RunOptions& opts);
+// Applies --threads and resolves --device (clear error if CUDA is missing).
+c10::Device apply_run_options(const RunOptions& opts);
+
+// "1,2,3" -> {1, 2, 3}; rejects empty items, non-integers and ids outside [0, vocab).
+std::vector<int64_t> parse_ids(const std::string& text, int64_t vocab, const std::string& option);
+// ids repeated over `batch` rows: (batch, n) int64 on `device`.
+at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device);
+// One row of ids as "a,b,c".
+std::string join_ids(const at::Tensor& row);
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,22 @@
+#include "commands.h"
+
+namespace tinygpt::cli {
+
+namespace {
+std::vector<Command>& registry() {
+  static std::vector<Command> commands;
+  return commands;
+}
+}  // namespace
+
+void register_commands(CLI::App& app) {
+  registry() = {add_generate(app)};
+}
+
+int run_selected(CLI::App& app) {
+  for (auto& c : registry())
+    if (c.app->parsed()) return c.run();
+  return 2;
+}
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,24 @@
+// Subcommand registry: each command file adds its CLI11 subcommand and the function that runs it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace tinygpt::cli {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;  // returns the exit code
+};
+
+// Adds every subcommand to `app`.
+void register_commands(CLI::App& app);
+// Runs whichever subcommand was parsed.
+int run_selected(CLI::App& app);
+
+// Each command file defines one of these; they keep their option storage alive in `keep`.
+Command add_generate(CLI::App& app);
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,33 @@
+// The tinygpt command line. Only this file catches: library code throws, and each error becomes
+// one line on stderr and an exit code (0 ok, 1 a check failed, 2 bad input, 3 runtime error).
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <stdexcept>
+
+#include "cli_common.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  using namespace tinygpt::cli;
+  CLI::App app{
+      "tinygpt - the series' 5.8M-parameter GPT in C++/LibTorch, and the harness that proves its\n"
+      "KV cache and sampler right. Run `tinygpt <command> --help` for a command's options."};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show every command's options");
+  register_commands(app);
+  try {
+    app.parse(argc, argv);
+    return run_selected(app);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kOk : kBadInput;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "tinygpt: error: " << e.what() << "\n";
+    return kBadInput;
+  } catch (const std::exception& e) {
+    // LibTorch's c10::Error carries a multi-line backtrace; the first line says what happened.
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    std::cerr << "tinygpt: error: " << msg << "\n";
+    return kRuntimeError;
+  }
+}

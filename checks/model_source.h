@@ -1,0 +1,22 @@
+// Where a command's model comes from: untrained weights from a seed (the series' init).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <c10/core/Device.h>
+#include <cstdint>
+#include <string>
+
+#include "tinygpt/gpt.h"
+
+namespace tinygpt::cli {
+
+struct ModelSource {
+  uint64_t weight_seed = 0;
+};
+
+// Adds --weight-seed.
+void add_model_options(CLI::App* cmd, ModelSource& src);
+// Builds the model on `device` in eval mode.
+GPT load_model(const ModelSource& src, c10::Device device);
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tinygpt-verify builds and tests with. Idempotent: installs only
+# what is missing, and skips apt-get entirely when everything is present.
+set -euo pipefail
+
+PACKAGES=(
+  cmake g++ ninja-build pkg-config
+  libtorch-dev libopenblas0-openmp   # without OpenBLAS, LibTorch's matmuls use reference BLAS (~17x slower)
+  libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  python3-torch python3-regex        # an independent PyTorch for the interop tests
+  bible-kjv                          # the fixture corpus (SPEC 9)
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

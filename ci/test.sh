@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Quick start, step 2: the whole test suite through ctest, JUnit XML at build/test-results.xml.
+# Installs and builds first (both are no-ops when already done). Extra arguments go to ctest,
+# e.g. `bash ci/test.sh -L property`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/install.sh
+bash ci/build.sh
+cd build
+ctest -j "${JOBS:-$(nproc)}" --output-on-failure --output-junit test-results.xml "$@"

@@ -1,0 +1,36 @@
+// The two generation loops of SPEC 3 and 4: uncached (the reference) and cached.
+// The token chooser is a callback so greedy, the sampler and test doubles plug in alike.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <cstdint>
+#include <functional>
+
+#include "tinygpt/attention_policy.h"
+#include "tinygpt/gpt.h"
+#include "tinygpt/kv_cache.h"
+
+namespace tinygpt {
+
+// (logits (B, V), history (B, T) = the whole sequence so far) -> next ids (B) int64.
+using TokenChooser = std::function<at::Tensor(const at::Tensor& logits, const at::Tensor& history)>;
+
+// Argmax, first index on ties.
+TokenChooser greedy();
+
+// Called after each new token with its index (0-based) among the new tokens; may be empty.
+using StepObserver = std::function<void(int64_t step, const at::Tensor& logits)>;
+
+// Runs the full model over the last `context` tokens for every new token.
+// idx (B, T0) int64 -> (B, T0 + n_tokens).
+at::Tensor generate_uncached(GPT& model, const at::Tensor& idx, int64_t n_tokens,
+                             const TokenChooser& choose, const StepObserver& observe = {});
+
+// Prefill with the last `context` tokens, then one-token decode steps at growing positions.
+// Resets the cache first. idx (B, T0) int64 -> (B, T0 + n_tokens).
+at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens,
+                           const TokenChooser& choose, KVCache& cache,
+                           const AttentionPolicy& policy = production_policy(),
+                           const StepObserver& observe = {});
+
+}  // namespace tinygpt

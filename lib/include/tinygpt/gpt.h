@@ -1,0 +1,98 @@
+// The series' Part 3 GPT (SPEC 1): embedding, pre-norm blocks, tied head.
+// Parameter names equal the Python state dict, so checkpoints map one to one.
+// Leaves out training-time dropout: this library is for inference and verification.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tinygpt/attention_policy.h"
+#include "tinygpt/config.h"
+#include "tinygpt/kv_cache.h"
+
+namespace tinygpt {
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  explicit AttentionImpl(const Config& cfg);
+
+  // x: (B, T, d) for tokens at positions start .. start+T-1.
+  // cache == nullptr: attend only among these T tokens. Otherwise the cache supplies the
+  // keys/values. Returns (B, T, d).
+  at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
+                     KVCache* cache, int64_t layer);
+
+  torch::nn::Linear qkv{nullptr};  // weight (3d, d), no bias
+  torch::nn::Linear out{nullptr};  // weight (d, d), no bias
+
+ private:
+  int64_t n_heads_;
+};
+TORCH_MODULE(Attention);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const Config& cfg);
+  // x: (B, T, d) -> (B, T, d)
+  at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
+                     KVCache* cache, int64_t layer);
+
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  Attention attn{nullptr};
+  torch::nn::Sequential mlp{nullptr};  // 0: Linear(d, 4d), 1: GELU, 2: Linear(4d, d)
+};
+TORCH_MODULE(Block);
+
+class GPTImpl : public torch::nn::Module {
+ public:
+  // Weights drawn with the series' initialisation from `seed` (SPEC 1).
+  explicit GPTImpl(const Config& cfg, uint64_t seed = 0);
+
+  const Config& config() const { return cfg_; }
+
+  // The uncached reference: idx (B, T) int64 with T <= context, positions 0..T-1, causal.
+  // Returns logits (B, T, V).
+  at::Tensor forward(const at::Tensor& idx);
+
+  // Full forward with a caller-chosen mask policy and no length limit; positions 0..T-1.
+  // idx (B, T) -> logits (B, T, V). With BandedPolicy(context + 1) this is the rolling cache's
+  // semantics computed without a cache.
+  at::Tensor forward_with(const at::Tensor& idx, const AttentionPolicy& policy);
+
+  // Cached step: feeds idx (B, T) at positions start .. start+T-1 through the cache and
+  // returns the last position's logits (B, V).
+  at::Tensor step(const at::Tensor& idx, KVCache& cache, int64_t start,
+                  const AttentionPolicy& policy = production_policy());
+
+  // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
+  std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
+  // Parameters with the tied head counted once.
+  int64_t parameter_count() const;
+
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+
+ private:
+  // x (B, T, d) -> logits (B, T, V) through the final norm and the tied head.
+  at::Tensor head(const at::Tensor& x);
+  at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
+                        KVCache* cache);
+  Config cfg_;
+};
+TORCH_MODULE(GPT);
+
+// Validates idx: 2-D, int64, non-empty, ids within [0, vocab). Throws std::invalid_argument.
+void check_token_ids(const at::Tensor& idx, int64_t vocab_size, const char* what);
+
+}  // namespace tinygpt

@@ -1,0 +1,50 @@
+// The KV cache behind a small interface (SPEC 4): the model hands each layer's new keys and
+// values to the cache and gets back what its queries attend to. The model never touches the
+// storage, so a preallocated cache or a fault-injected one swaps in without model changes.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace tinygpt {
+
+struct Config;
+
+class KVCache {
+ public:
+  virtual ~KVCache() = default;
+
+  // k, v: (B, H, T, hd) for the T tokens being fed now, already positioned.
+  // Returns (K, V), each (B, H, S, hd): the keys and values these T queries attend to.
+  // Also stores whatever the implementation keeps for the next step.
+  virtual std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k,
+                                                   const at::Tensor& v) = 0;
+  // Forget everything: the next update starts a new sequence.
+  virtual void reset() = 0;
+  // Positions currently stored (layer 0), 0 after reset.
+  virtual int64_t length() const = 0;
+  // Bytes of all stored K and V tensors, every layer.
+  virtual int64_t bytes() const = 0;
+};
+
+// The series' cache: per layer, append the new k, v; attend to everything stored plus the
+// new entries (up to context+1 keys for a decode step); then keep only the last `context`.
+class RollingKVCache final : public KVCache {
+ public:
+  RollingKVCache(int64_t n_layers, int64_t context);
+  explicit RollingKVCache(const Config& cfg);
+
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k,
+                                           const at::Tensor& v) override;
+  void reset() override;
+  int64_t length() const override;
+  int64_t bytes() const override;
+
+ private:
+  int64_t context_;
+  std::vector<at::Tensor> k_, v_;  // per layer: (B, H, <=context, hd), undefined when empty
+};
+
+}  // namespace tinygpt

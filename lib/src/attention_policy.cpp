@@ -1,0 +1,47 @@
+#include "tinygpt/attention_policy.h"
+
+#include <ATen/ATen.h>
+#include <limits>
+#include <stdexcept>
+
+#include "tinygpt/rope.h"
+
+namespace tinygpt {
+
+void AttentionPolicy::position(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, int64_t start) const {
+  q = rope(q, start);
+  k = rope(k, start);
+}
+
+at::Tensor AttentionPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const {
+  // One query is the newest token: it may see every key, so no mask (SPEC 4). A top-left
+  // aligned causal mask here would hide all keys but the first (the seed's gotcha 2).
+  if (tq == 1) return at::Tensor();
+  return causal_mask(tq, tk, /*window=*/0, opts);
+}
+
+const AttentionPolicy& production_policy() {
+  static const AttentionPolicy policy;
+  return policy;
+}
+
+BandedPolicy::BandedPolicy(int64_t window) : window_(window) {
+  if (window < 1) throw std::invalid_argument("BandedPolicy: window must be >= 1");
+}
+
+at::Tensor BandedPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const {
+  return causal_mask(tq, tk, window_, opts);
+}
+
+at::Tensor causal_mask(int64_t tq, int64_t tk, int64_t window, const c10::TensorOptions& opts) {
+  if (tq < 1 || tk < tq) throw std::invalid_argument("causal_mask: need 1 <= tq <= tk");
+  const auto i64 = opts.dtype(at::kLong);
+  at::Tensor qpos = at::arange(tk - tq, tk, i64).unsqueeze(1);  // (tq, 1) absolute query index
+  at::Tensor kpos = at::arange(0, tk, i64).unsqueeze(0);        // (1, tk)
+  at::Tensor visible = kpos <= qpos;
+  if (window > 0) visible = visible & (kpos > qpos - window);
+  return at::zeros({tq, tk}, opts).masked_fill(visible.logical_not(),
+                                               -std::numeric_limits<double>::infinity());
+}
+
+}  // namespace tinygpt

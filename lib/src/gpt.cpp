@@ -1,0 +1,149 @@
+#include "tinygpt/gpt.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/modules/activation.h>
+
+#include <cmath>
+#include <stdexcept>
+
+namespace tinygpt {
+
+namespace nn = torch::nn;
+
+void check_token_ids(const at::Tensor& idx, int64_t vocab_size, const char* what) {
+  const std::string w(what);
+  if (!idx.defined() || idx.dim() != 2)
+    throw std::invalid_argument(w + ": token ids must be a 2-D (B, T) tensor");
+  if (idx.scalar_type() != at::kLong)
+    throw std::invalid_argument(w + ": token ids must be int64, got " +
+                                std::string(c10::toString(idx.scalar_type())));
+  if (idx.size(0) < 1 || idx.size(1) < 1)
+    throw std::invalid_argument(w + ": token ids must be non-empty (B >= 1, T >= 1)");
+  const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+  if (lo < 0 || hi >= vocab_size)
+    throw std::invalid_argument(w + ": token id " + std::to_string(lo < 0 ? lo : hi) +
+                                " outside [0, " + std::to_string(vocab_size) + ")");
+}
+
+AttentionImpl::AttentionImpl(const Config& cfg) : n_heads_(cfg.n_heads) {
+  qkv = register_module("qkv", nn::Linear(nn::LinearOptions(cfg.d_model, 3 * cfg.d_model).bias(false)));
+  out = register_module("out", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.d_model).bias(false)));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
+                                  KVCache* cache, int64_t layer) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_heads_;
+  auto parts = qkv->forward(x).split(C, -1);  // 3 x (B, T, d)
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_heads_, hd}).transpose(1, 2); };
+  at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, hd)
+  policy.position(q, k, v, start);
+  at::Tensor K = k, V = v;
+  if (cache != nullptr) std::tie(K, V) = cache->update(layer, k, v);  // (B, H, S, hd)
+  const int64_t S = K.size(2);
+  at::Tensor att = at::matmul(q, K.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, T, S)
+  at::Tensor m = policy.mask(T, S, att.options());
+  if (m.defined()) att = att + m;
+  at::Tensor y = at::matmul(at::softmax(att, -1), V);  // (B, H, T, hd)
+  return out->forward(y.transpose(1, 2).reshape({B, T, C}));
+}
+
+BlockImpl::BlockImpl(const Config& cfg) {
+  const auto ln = nn::LayerNormOptions({cfg.d_model}).eps(1e-5);
+  norm1 = register_module("norm1", nn::LayerNorm(ln));
+  attn = register_module("attn", Attention(cfg));
+  norm2 = register_module("norm2", nn::LayerNorm(ln));
+  mlp = register_module(
+      "mlp", nn::Sequential(nn::Linear(cfg.d_model, 4 * cfg.d_model),
+                            nn::GELU(nn::GELUOptions().approximate("none")),  // exact erf form
+                            nn::Linear(4 * cfg.d_model, cfg.d_model)));
+}
+
+at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
+                              KVCache* cache, int64_t layer) {
+  at::Tensor h = x + attn->forward(norm1->forward(x), start, policy, cache, layer);
+  return h + mlp->forward(norm2->forward(h));
+}
+
+GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
+  cfg_.validate();
+  emb = register_module("emb", nn::Embedding(cfg.vocab_size, cfg.d_model));
+  blocks = register_module("blocks", nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
+  norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({cfg.d_model}).eps(1e-5)));
+
+  // Series initialisation: weights N(0, 0.02), biases 0, LayerNorm (1, 0); then the two
+  // projections that write into the residual stream are re-drawn with std 0.02/sqrt(2 L), so
+  // the residual's variance does not grow with depth. A private generator keeps the global
+  // RNG (which the sampler uses) untouched.
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  emb->weight.normal_(0.0, 0.02, gen);
+  const double resid_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layers));
+  for (const auto& m : *blocks) {
+    auto* b = m->as<BlockImpl>();
+    b->attn->qkv->weight.normal_(0.0, 0.02, gen);
+    b->attn->out->weight.normal_(0.0, 0.02, gen);
+    for (int idx : {0, 2}) {
+      auto* lin = b->mlp[idx]->as<nn::LinearImpl>();
+      lin->weight.normal_(0.0, 0.02, gen);
+      lin->bias.zero_();
+    }
+  }
+  for (const auto& m : *blocks) {
+    auto* b = m->as<BlockImpl>();
+    b->attn->out->weight.normal_(0.0, resid_std, gen);
+    b->mlp[2]->as<nn::LinearImpl>()->weight.normal_(0.0, resid_std, gen);
+  }
+  // LayerNorm defaults are already weight 1, bias 0.
+}
+
+at::Tensor GPTImpl::head(const at::Tensor& x) {
+  return at::linear(norm->forward(x), emb->weight);  // tied head: (..., d) -> (..., V)
+}
+
+at::Tensor GPTImpl::run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
+                               KVCache* cache) {
+  int64_t layer = 0;
+  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++);
+  return x;
+}
+
+at::Tensor GPTImpl::forward(const at::Tensor& idx) {
+  check_token_ids(idx, cfg_.vocab_size, "forward");
+  if (idx.size(1) > cfg_.context)
+    throw std::invalid_argument("forward: sequence length " + std::to_string(idx.size(1)) +
+                                " exceeds context " + std::to_string(cfg_.context));
+  return forward_with(idx, production_policy());
+}
+
+at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& policy) {
+  check_token_ids(idx, cfg_.vocab_size, "forward");
+  at::Tensor x = emb->forward(idx);                          // (B, T, d)
+  return head(run_blocks(x, /*start=*/0, policy, nullptr));  // (B, T, V)
+}
+
+at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start,
+                         const AttentionPolicy& policy) {
+  check_token_ids(idx, cfg_.vocab_size, "step");
+  if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
+  at::Tensor x = emb->forward(idx);                 // (B, T, d)
+  x = run_blocks(x, start, policy, &cache);         // (B, T, d)
+  return head(x.select(1, x.size(1) - 1));          // (B, V)
+}
+
+std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());
+  out.emplace_back("head.weight", emb->weight);
+  return out;
+}
+
+int64_t GPTImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters(/*recurse=*/true)) n += p.numel();
+  return n;
+}
+
+}  // namespace tinygpt

@@ -1,0 +1,99 @@
+// Both generation paths (SPEC 3-4) on untrained weights: the cache changes nothing inside the
+// window, trims to context, and past the window matches the banded no-cache reference.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "tinygpt/attention_policy.h"
+#include "tinygpt/generate.h"
+
+namespace tinygpt {
+namespace {
+
+class Generate : public ::testing::Test {
+ protected:
+  void SetUp() override { model->eval(); }
+  Config cfg;
+  GPT model{cfg, 0};
+  at::NoGradGuard no_grad;
+};
+
+TEST_F(Generate, PrefillLogitsEqualUncachedLastPosition) {
+  at::Tensor idx = at::tensor({5, 17, 300, 2, 9, 4000, 11}, at::kLong).repeat({2, 1});  // (2, 7)
+  RollingKVCache cache(cfg);
+  at::Tensor cached = model->step(idx, cache, 0);          // (2, V)
+  at::Tensor full = model->forward(idx).select(1, 6);      // (2, V)
+  EXPECT_LT((cached - full).abs().max().item<double>(), 1e-5);
+  EXPECT_EQ(cache.length(), 7);
+}
+
+TEST_F(Generate, GreedyIdenticalInsideTheWindowBatch1) {
+  at::Tensor prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0);
+  const int64_t n = cfg.context - 3;  // 253
+  RollingKVCache cache(cfg);
+  at::Tensor a = generate_uncached(model, prompt, n, greedy());
+  at::Tensor b = generate_cached(model, prompt, n, greedy(), cache);
+  ASSERT_EQ(a.sizes(), b.sizes());
+  EXPECT_TRUE(a.equal(b));
+}
+
+TEST_F(Generate, GreedyIdenticalInsideTheWindowBatch4) {
+  // Four different prompts of one length, so rows really differ.
+  at::Tensor prompt = at::tensor({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, at::kLong).view({4, 4});
+  const int64_t n = cfg.context - 4;
+  RollingKVCache cache(cfg);
+  at::Tensor a = generate_uncached(model, prompt, n, greedy());
+  at::Tensor b = generate_cached(model, prompt, n, greedy(), cache);
+  EXPECT_TRUE(a.equal(b));
+  EXPECT_FALSE(a[0].equal(a[1])) << "rows with different prompts should differ";
+}
+
+TEST_F(Generate, CacheTrimsToContextAndCountsBytes) {
+  RollingKVCache cache(cfg);
+  at::Tensor prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0);
+  generate_cached(model, prompt, 300, greedy(), cache);
+  EXPECT_EQ(cache.length(), cfg.context);
+  // 2 (K and V) x layers x tokens x d_model x 4 bytes = 3.00 MiB at batch 1.
+  EXPECT_EQ(cache.bytes(), 2 * 6 * 256 * 256 * 4);
+}
+
+// Past the window the rolling cache computes a banded attention: query i sees keys
+// i-context .. i. Teacher-force the cached path and compare every step with one banded forward.
+TEST_F(Generate, CachedStepsEqualTheBandedReferencePastTheWindow) {
+  at::Tensor prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0);
+  at::Tensor seq = generate_uncached(model, prompt, 330, greedy());  // (1, 333)
+  at::Tensor ref = model->forward_with(seq, BandedPolicy(cfg.context + 1));  // (1, 333, V)
+  RollingKVCache cache(cfg);
+  double worst = model->step(seq.narrow(1, 0, 3), cache, 0).sub(ref.select(1, 2)).abs().max().item<double>();
+  for (int64_t p = 3; p < seq.size(1); ++p) {
+    at::Tensor got = model->step(seq.narrow(1, p, 1), cache, p);  // (1, V)
+    worst = std::max(worst, (got - ref.select(1, p)).abs().max().item<double>());
+  }
+  EXPECT_LT(worst, 1e-4);
+  // And the plain causal forward really differs past the window, so the test has teeth.
+  at::Tensor window = seq.narrow(1, seq.size(1) - cfg.context, cfg.context);
+  at::Tensor plain = model->forward(window).select(1, cfg.context - 1);
+  EXPECT_GT((plain - ref.select(1, seq.size(1) - 1)).abs().max().item<double>(), 1e-4);
+}
+
+TEST_F(Generate, ChooserReceivesTheWholeHistory) {
+  at::Tensor prompt = at::tensor({7, 8}, at::kLong).unsqueeze(0);
+  std::vector<int64_t> lengths;
+  TokenChooser spy = [&](const at::Tensor& logits, const at::Tensor& history) {
+    lengths.push_back(history.size(1));
+    return logits.argmax(-1);
+  };
+  RollingKVCache cache(Config{});
+  generate_cached(model, prompt, 4, spy, cache);
+  EXPECT_EQ(lengths, (std::vector<int64_t>{2, 3, 4, 5}));
+}
+
+TEST_F(Generate, RejectsAChooserReturningBadIds) {
+  at::Tensor prompt = at::tensor({1}, at::kLong).unsqueeze(0);
+  TokenChooser bad = [](const at::Tensor& logits, const at::Tensor&) {
+    return at::full({logits.size(0)}, 4096, at::kLong);
+  };
+  EXPECT_THROW(generate_uncached(model, prompt, 1, bad), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tinygpt

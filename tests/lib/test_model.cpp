@@ -1,0 +1,88 @@
+// The GPT's structure against SPEC 1: parameter count, state-dict names and shapes, tied head,
+// initialisation scale, and the untrained loss.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "tinygpt/gpt.h"
+
+namespace tinygpt {
+namespace {
+
+TEST(Model, DefaultConfigHas5781504Parameters) {
+  GPT model(Config{}, 0);
+  EXPECT_EQ(model->parameter_count(), 5781504);
+}
+
+TEST(Model, StateDictMatchesTheSeriesNamesAndShapes) {
+  Config cfg;
+  GPT model(cfg, 0);
+  auto sd = model->state_dict();
+  ASSERT_EQ(sd.size(), 64u);
+  std::map<std::string, std::vector<int64_t>> expected = {
+      {"emb.weight", {4096, 256}}, {"norm.weight", {256}}, {"norm.bias", {256}}, {"head.weight", {4096, 256}}};
+  for (int i = 0; i < 6; ++i) {
+    const std::string p = "blocks." + std::to_string(i) + ".";
+    expected[p + "norm1.weight"] = {256};
+    expected[p + "norm1.bias"] = {256};
+    expected[p + "norm2.weight"] = {256};
+    expected[p + "norm2.bias"] = {256};
+    expected[p + "attn.qkv.weight"] = {768, 256};
+    expected[p + "attn.out.weight"] = {256, 256};
+    expected[p + "mlp.0.weight"] = {1024, 256};
+    expected[p + "mlp.0.bias"] = {1024};
+    expected[p + "mlp.2.weight"] = {256, 1024};
+    expected[p + "mlp.2.bias"] = {256};
+  }
+  std::map<std::string, at::Tensor> got(sd.begin(), sd.end());
+  ASSERT_EQ(got.size(), expected.size());
+  for (const auto& [name, shape] : expected) {
+    ASSERT_TRUE(got.count(name)) << "missing " << name;
+    EXPECT_EQ(got[name].sizes().vec(), shape) << name;
+    EXPECT_EQ(got[name].scalar_type(), at::kFloat) << name;
+  }
+  EXPECT_EQ(got["head.weight"].data_ptr(), got["emb.weight"].data_ptr()) << "head must share emb's storage";
+}
+
+TEST(Model, InitialisationFollowsTheSeries) {
+  GPT model(Config{}, 7);
+  auto sd = model->state_dict();
+  std::map<std::string, at::Tensor> t(sd.begin(), sd.end());
+  const double resid = 0.02 / std::sqrt(12.0);
+  EXPECT_NEAR(t["emb.weight"].std().item<double>(), 0.02, 0.0005);
+  EXPECT_NEAR(t["blocks.0.attn.qkv.weight"].std().item<double>(), 0.02, 0.0005);
+  EXPECT_NEAR(t["blocks.3.mlp.0.weight"].std().item<double>(), 0.02, 0.0005);
+  EXPECT_NEAR(t["blocks.0.attn.out.weight"].std().item<double>(), resid, 0.0005);
+  EXPECT_NEAR(t["blocks.5.mlp.2.weight"].std().item<double>(), resid, 0.0005);
+  EXPECT_EQ(t["blocks.2.mlp.0.bias"].abs().max().item<double>(), 0.0);
+  EXPECT_EQ(t["blocks.2.norm1.weight"].min().item<double>(), 1.0);
+  // Same seed, same weights; another seed, other weights.
+  GPT again(Config{}, 7), other(Config{}, 8);
+  EXPECT_TRUE(again->emb->weight.equal(model->emb->weight));
+  EXPECT_FALSE(other->emb->weight.equal(model->emb->weight));
+}
+
+TEST(Model, UntrainedLossOnRandomTokensIsLnVocab) {
+  GPT model(Config{}, 0);
+  model->eval();
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(123);
+  at::Tensor idx = at::randint(4096, {4, 129}, gen, at::kLong);  // (4, 129)
+  at::Tensor logits = model->forward(idx.narrow(1, 0, 128));       // (4, 128, V)
+  at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, 4096}), idx.narrow(1, 1, 128).reshape({-1}));
+  EXPECT_NEAR(loss.item<double>(), std::log(4096.0), 0.1);
+}
+
+TEST(Model, RejectsBadTokenIds) {
+  GPT model(Config{}, 0);
+  EXPECT_THROW(model->forward(at::tensor({1, 4096}, at::kLong).unsqueeze(0)), std::invalid_argument);
+  EXPECT_THROW(model->forward(at::tensor({-1}, at::kLong).unsqueeze(0)), std::invalid_argument);
+  EXPECT_THROW(model->forward(at::tensor({1, 2}, at::kLong)), std::invalid_argument);  // 1-D
+  EXPECT_THROW(model->forward(at::tensor({1, 2}, at::kInt).unsqueeze(0)), std::invalid_argument);
+  EXPECT_THROW(model->forward(at::zeros({1, 257}, at::kLong)), std::invalid_argument);  // > context
+}
+
+}  // namespace
+}  // namespace tinygpt
