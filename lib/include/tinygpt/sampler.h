@@ -1,0 +1,58 @@
+// The series' sampler `pick` (SPEC 6) as separate stages, each usable and testable alone:
+// penalty -> temperature (0 = argmax) -> top-k -> top-p -> draw. Every stage works on a float32
+// (B, V) score tensor and returns a new one; none mutates its input.
+// Leaves out min-p, typical sampling and beam search: the series has none of them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tinygpt/generate.h"
+
+namespace tinygpt {
+
+struct SamplingSettings {
+  double temperature = 1.0;  // 0 = greedy (argmax); must be >= 0
+  int64_t top_k = 0;         // 0 = off; must be >= 0
+  double top_p = 1.0;        // 1 = off; must be in (0, 1]
+  double penalty = 1.0;      // 1 = off; must be > 0
+
+  // Throws std::invalid_argument naming the bad setting.
+  void validate() const;
+  std::string to_string() const;
+};
+
+// Checks logits (B, V) floating with no NaN/+inf and at least one finite score per row, and
+// history (B, T) int64 ids in [0, V) with the same B (an undefined history is allowed).
+// Throws std::invalid_argument. Returns a float32 contiguous copy of the logits.
+at::Tensor checked_scores(const at::Tensor& logits, const at::Tensor& history);
+
+// 1. For each DISTINCT id in a row's history: s -> s / penalty if s > 0 else s * penalty.
+//    Dividing a negative score would raise it, so negatives are multiplied: both push it down.
+at::Tensor apply_penalty(const at::Tensor& scores, const at::Tensor& history, double penalty);
+// 2. scores / temperature (temperature > 0).
+at::Tensor apply_temperature(const at::Tensor& scores, double temperature);
+// 3. Every score strictly below the k-th largest becomes -inf; ties with the k-th survive.
+at::Tensor apply_top_k(const at::Tensor& scores, int64_t k);
+// 4. Sorted descending, a token is dropped (-inf) when the probability mass ranked above it
+//    already reaches top_p. The top token always survives.
+at::Tensor apply_top_p(const at::Tensor& scores, double top_p);
+// 5. One id per row from softmax(scores) with multinomial on LibTorch's default generator, so
+//    torch::manual_seed(s) reproduces Python's torch.manual_seed(s) draws. (B, V) -> (B).
+at::Tensor draw(const at::Tensor& scores);
+
+// Stages 1 and 3-4 with the temperature of stage 2 (which must be > 0): the scores `draw` uses.
+at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
+// softmax(filtered_scores): the probability of each id under `pick`, (B, V) float32.
+at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
+
+// The whole sampler: logits (B, V), history (B, T) or undefined -> ids (B) int64.
+at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history = {});
+
+// `pick` as a generation callback; the generator's history is the whole sequence so far.
+TokenChooser sampler(const SamplingSettings& s);
+
+}  // namespace tinygpt
