@@ -10,7 +10,7 @@ std::vector<Command>& registry() {
 }  // namespace
 
 void register_commands(CLI::App& app) {
-  registry() = {add_generate(app)};
+  registry() = {add_generate(app), add_equivalence(app), add_inject(app)};
 }
 
 int run_selected(CLI::App& app) {

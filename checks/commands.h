@@ -20,5 +20,7 @@ int run_selected(CLI::App& app);
 
 // Each command file defines one of these; they keep their option storage alive in `keep`.
 Command add_generate(CLI::App& app);
+Command add_equivalence(CLI::App& app);
+Command add_inject(CLI::App& app);
 
 }  // namespace tinygpt::cli

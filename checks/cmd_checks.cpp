@@ -1,0 +1,106 @@
+// `tinygpt equivalence` and `tinygpt inject`: the cache checks from the command line.
+#include <ATen/ATen.h>
+#include <iostream>
+#include <memory>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "inject.h"
+#include "model_source.h"
+#include "report.h"
+
+namespace tinygpt::cli {
+
+namespace {
+struct CheckOptions {
+  RunOptions run;
+  ModelSource model;
+  std::string ids = "1,2,3";
+  int64_t tokens = 600;
+  int64_t batch = 1;
+  std::string cache = "rolling";
+  std::string json;
+};
+
+void add_check_options(CLI::App* cmd, CheckOptions& o) {
+  cmd->add_option("--ids", o.ids, "prompt as comma-separated token ids")->capture_default_str();
+  cmd->add_option("--tokens", o.tokens, "greedy tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o.batch, "rows (row b uses the prompt shifted by b ids, so rows differ)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--json", o.json, "write the JSON report here (atomically)");
+  add_model_options(cmd, o.model);
+  add_run_options(cmd, o.run);
+}
+
+// Row b is the prompt with every id shifted by b (mod V), so a batch holds different prompts.
+at::Tensor batch_prompt(const std::vector<int64_t>& ids, int64_t batch, int64_t vocab, c10::Device dev) {
+  at::Tensor row = at::tensor(ids, at::kLong).unsqueeze(0);
+  at::Tensor shift = at::arange(batch, at::kLong).unsqueeze(1);
+  return ((row + shift) % vocab).to(dev);  // (batch, T0)
+}
+}  // namespace
+
+Command add_equivalence(CLI::App& app) {
+  auto o = std::make_shared<CheckOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "equivalence",
+      "Prove a cache changes nothing inside the window: greedy tokens with and without it, teacher-forced\n"
+      "logits against the full forward, every step against the banded window reference, and batch rows\n"
+      "against the same prompts alone. Exits 1 when any in-window token or logit differs.");
+  add_check_options(cmd, *o);
+  cmd->add_option("--cache", o->cache, "cache implementation to verify (rolling, or a fault name)")->capture_default_str();
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            const auto& variant = checks::cache_registry().get(o->cache);
+            GPT model = load_model(o->model, dev);
+            checks::EquivalenceOptions opts{
+                batch_prompt(parse_ids(o->ids, model->config().vocab_size, "--ids"), o->batch,
+                             model->config().vocab_size, dev),
+                o->tokens};
+            std::cerr << "equivalence: cache " << variant.name << ", " << opts.tokens << " tokens, batch " << o->batch
+                      << " on " << dev << "\n";
+            const auto ref = checks::build_reference(model, opts);
+            const auto r = checks::check_equivalence(model, opts, ref, variant);
+            std::cout << checks::format_equivalence(r);
+            if (!o->json.empty()) checks::write_json_atomically(o->json, checks::to_json(r));
+            return r.passed() ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+Command add_inject(CLI::App& app) {
+  auto o = std::make_shared<CheckOptions>();
+  auto fault = std::make_shared<std::string>("all");
+  auto drift = std::make_shared<int64_t>(100);
+  CLI::App* cmd = app.add_subcommand(
+      "inject",
+      "Run fault-injected caches through every check and print the detection matrix (fault x check),\n"
+      "each fault's drift from the correct cached output, and the mutation score. Exits 1 if any fault\n"
+      "is missed by every check, or if the correct cache fails a check.");
+  cmd->add_option("--fault", *fault, "fault name, or all")->capture_default_str();
+  cmd->add_option("--drift-tokens", *drift, "greedy tokens for the drift measure")->capture_default_str()->check(CLI::PositiveNumber);
+  add_check_options(cmd, *o);
+  return {cmd, [o, fault, drift] {
+            const c10::Device dev = apply_run_options(o->run);
+            std::vector<const checks::CacheVariant*> faults;
+            if (*fault == "all") {
+              faults = checks::cache_registry().all(/*faults=*/true);
+            } else {
+              const auto& v = checks::cache_registry().get(*fault);
+              if (!v.is_fault) throw std::invalid_argument("--fault: '" + *fault + "' is not a fault");
+              faults.push_back(&v);
+            }
+            GPT model = load_model(o->model, dev);
+            checks::EquivalenceOptions opts{
+                batch_prompt(parse_ids(o->ids, model->config().vocab_size, "--ids"), o->batch,
+                             model->config().vocab_size, dev),
+                o->tokens};
+            const auto rep = checks::run_injection(model, opts, faults, *drift,
+                                                   [](const std::string& s) { std::cerr << "inject: " << s << "\n"; });
+            std::cout << checks::format_injection(rep);
+            for (const auto& f : rep.faults) std::cout << "  " << f.fault << ": " << f.description << "\n";
+            if (!o->json.empty()) checks::write_json_atomically(o->json, checks::to_json(rep));
+            return rep.passed() ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+}  // namespace tinygpt::cli
