@@ -1,4 +1,5 @@
-// `tinygpt generate`: cached or uncached generation, one line of new ids per batch row.
+// `tinygpt generate`: cached or uncached generation. With --tokenizer and --prompt it prints text,
+// otherwise one line of new ids per batch row.
 #include <ATen/ATen.h>
 #include <iostream>
 #include <memory>
@@ -7,6 +8,8 @@
 #include "commands.h"
 #include "model_source.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/sampler.h"
+#include "tinygpt/tokenizer.h"
 
 namespace tinygpt::cli {
 
@@ -14,36 +17,68 @@ namespace {
 struct GenerateOptions {
   RunOptions run;
   ModelSource model;
-  std::string ids = "1,2,3";
+  std::string ids = "1,2,3", prompt, tokenizer;
   int64_t tokens = 32;
   int64_t batch = 1;
   bool uncached = false;
+  SamplingSettings sampling{0.0, 0, 1.0, 1.0};  // greedy unless told otherwise
+  uint64_t seed = 1;
 };
 }  // namespace
+
+void add_sampling_options(CLI::App* cmd, SamplingSettings& s, uint64_t& seed) {
+  cmd->add_option("--temperature", s.temperature, "0 = greedy (argmax)")->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "keep the k highest scores (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", s.top_p, "nucleus mass in (0, 1] (1 = off)")->capture_default_str();
+  cmd->add_option("--penalty", s.penalty, "repetition penalty > 0 (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", seed, "sampling seed (torch::manual_seed)")->capture_default_str();
+}
 
 Command add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "generate", "Greedy-generate token ids, cached (default) or uncached, and print the new ids");
+      "generate", "Generate tokens, cached (default) or uncached, greedy unless sampling options are given");
   cmd->add_option("--ids", o->ids, "prompt as comma-separated token ids")->capture_default_str();
+  cmd->add_option("--prompt", o->prompt, "prompt text (needs --tokenizer); prints text");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(CLI::ExistingFile);
   cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
+  add_sampling_options(cmd, o->sampling, o->seed);
   add_model_options(cmd, o->model);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
+            o->sampling.validate();
+            if (!o->prompt.empty() && o->tokenizer.empty()) throw std::invalid_argument("--prompt needs --tokenizer");
+            std::unique_ptr<Tokenizer> tok;
+            if (!o->tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o->tokenizer));
             GPT model = load_model(o->model, dev);
-            at::Tensor prompt = ids_tensor(parse_ids(o->ids, model->config().vocab_size, "--ids"), o->batch, dev);
+            if (tok && tok->vocab_size() != model->config().vocab_size)
+              throw std::invalid_argument("tokenizer vocab " + std::to_string(tok->vocab_size()) +
+                                          " != model vocab " + std::to_string(model->config().vocab_size));
+            const std::vector<int64_t> ids =
+                o->prompt.empty() ? parse_ids(o->ids, model->config().vocab_size, "--ids") : tok->encode(o->prompt);
+            if (ids.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
+            at::Tensor prompt = ids_tensor(ids, o->batch, dev);
+            at::manual_seed(o->seed);
+            const TokenChooser choose = sampler(o->sampling);
             at::Tensor out;
             if (o->uncached) {
-              out = generate_uncached(model, prompt, o->tokens, greedy());
+              out = generate_uncached(model, prompt, o->tokens, choose);
             } else {
               RollingKVCache cache(model->config());
-              out = generate_cached(model, prompt, o->tokens, greedy(), cache);
+              out = generate_cached(model, prompt, o->tokens, choose, cache);
             }
-            at::Tensor fresh = out.narrow(1, prompt.size(1), o->tokens);  // (B, tokens)
-            for (int64_t b = 0; b < fresh.size(0); ++b) std::cout << join_ids(fresh[b]) << "\n";
+            for (int64_t b = 0; b < out.size(0); ++b) {
+              if (tok && !o->prompt.empty()) {
+                at::Tensor r = out[b].to(at::kCPU).contiguous();
+                std::cout << tok->decode(std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()))
+                          << "\n";
+              } else {
+                std::cout << join_ids(out[b].narrow(0, prompt.size(1), o->tokens)) << "\n";
+              }
+            }
             return int(kOk);
           }};
 }

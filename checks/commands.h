@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "tinygpt/sampler.h"
+
 namespace tinygpt::cli {
 
 struct Command {
@@ -20,7 +22,14 @@ int run_selected(CLI::App& app);
 
 // Each command file defines one of these; they keep their option storage alive in `keep`.
 Command add_generate(CLI::App& app);
+// --temperature --top-k --top-p --penalty --seed, shared by generate and sample-grid.
+void add_sampling_options(CLI::App* cmd, SamplingSettings& s, uint64_t& seed);
 Command add_equivalence(CLI::App& app);
 Command add_inject(CLI::App& app);
+Command add_convert(CLI::App& app);
+Command add_encode(CLI::App& app);
+Command add_decode(CLI::App& app);
+Command add_train_tokenizer(CLI::App& app);
+Command add_train(CLI::App& app);
 
 }  // namespace tinygpt::cli

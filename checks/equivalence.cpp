@@ -84,7 +84,7 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
   auto cache = variant.make_cache(cfg);
   const AttentionPolicy& policy = *variant.policy;
 
-  SubCheck tokens{"tokens"};
+  SubCheck tokens{"tokens", true, ""};
   try {
     at::Tensor got = generate_cached(model, opts.prompt, opts.tokens, greedy(), *cache, policy);
     at::Tensor same = (got == ref.uncached).all(0).narrow(0, r.prompt_len, r.tokens);  // (tokens)
@@ -103,7 +103,7 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
   }
   r.checks.push_back(tokens);
 
-  SubCheck logits{"logits"}, band{"window-reference"};
+  SubCheck logits{"logits", true, ""}, band{"window-reference", true, ""};
   try {
     at::Tensor tf = teacher_forced(model, ref.uncached, r.prompt_len, *cache, policy);  // (B, tokens, V)
     // Positions t0-1 .. L-2; inside the window are those < context.
@@ -135,7 +135,7 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
   r.checks.push_back(logits);
   r.checks.push_back(band);
 
-  SubCheck batch{"batch"};
+  SubCheck batch{"batch", true, ""};
   if (r.batch > 1) {
     try {
       at::Tensor batched = generate_cached(model, opts.prompt, opts.tokens, greedy(), *cache, policy);

@@ -1,4 +1,5 @@
-// Where a command's model comes from: untrained weights from a seed (the series' init).
+// Where a command's model comes from: a checkpoint (.pt as the series writes it, or
+// .safetensors), or untrained weights from a seed (the series' init).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,12 +12,13 @@
 namespace tinygpt::cli {
 
 struct ModelSource {
+  std::string checkpoint;  // empty = untrained
   uint64_t weight_seed = 0;
 };
 
-// Adds --weight-seed.
+// Adds --checkpoint and --weight-seed.
 void add_model_options(CLI::App* cmd, ModelSource& src);
-// Builds the model on `device` in eval mode.
+// Builds the model on `device` in eval mode; conversions (f16 -> f32) are said on stderr.
 GPT load_model(const ModelSource& src, c10::Device device);
 
 }  // namespace tinygpt::cli

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <sched.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
 
 #include <stdexcept>
 #include <thread>
@@ -36,6 +37,11 @@ int available_cores() {
   }
   const unsigned h = std::thread::hardware_concurrency();
   return h > 0 ? static_cast<int>(h) : 1;
+}
+
+std::string libtorch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
 }
 
 void set_threads(int n) {

@@ -89,7 +89,9 @@ TEST_F(Harness, ACacheWrongAtOneStepIsNamedAtThatStep) {
   EXPECT_EQ(*r.first_window_step_over, bad_len - 1);
   // Every other in-window step stays within tolerance: the harness localises the fault.
   for (size_t i = 0; i < r.window_diffs.size(); ++i)
-    if (static_cast<int64_t>(i) + r.prompt_len - 1 != bad_len - 1) EXPECT_LT(r.window_diffs[i], r.tolerance) << i;
+    if (static_cast<int64_t>(i) + r.prompt_len - 1 != bad_len - 1) {
+      EXPECT_LT(r.window_diffs[i], r.tolerance) << i;
+    }
   const std::string text = format_equivalence(r);
   EXPECT_NE(text.find("first at position 10"), std::string::npos) << text;
 }

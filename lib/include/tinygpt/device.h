@@ -13,6 +13,9 @@ c10::Device parse_device(const std::string& name);
 // Cores this process may run on (the affinity mask), at least 1.
 int available_cores();
 
+// LibTorch's version as its headers state it ("1.13.0" for Debian's 1.13.1 package), for provenance.
+std::string libtorch_version();
+
 // Sets LibTorch's intra-op threads; n must be >= 1 (throws std::invalid_argument otherwise).
 void set_threads(int n);
 

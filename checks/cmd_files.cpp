@@ -1,0 +1,125 @@
+// File commands: convert (.pt <-> .safetensors), encode, decode, train-tokenizer, train.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "train.h"
+#include "tinygpt/device.h"
+#include "tinygpt/safetensors.h"
+#include "tinygpt/tokenizer.h"
+
+namespace tinygpt::cli {
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+Command add_convert(CLI::App& app) {
+  auto in = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("convert",
+                                     "Convert a checkpoint between the series' .pt format and .safetensors (by OUT's\n"
+                                     "extension). Validates every tensor against the config first; writes atomically.");
+  cmd->add_option("IN", *in, "input checkpoint (.pt or .safetensors)")->required()->check(CLI::ExistingFile);
+  cmd->add_option("OUT", *out, "output path ending in .pt or .safetensors")->required();
+  return {cmd, [in, out] {
+            Checkpoint ck = read_any_checkpoint(*in);
+            GPT model(ck.config, 0);
+            load_weights(model, ck.tensors, &ck.notes);  // validation: names, shapes, dtypes, finite
+            for (const auto& n : ck.notes) std::cerr << "convert: " << n << "\n";
+            Checkpoint clean{ck.config, ck.step, model->state_dict(), {}};
+            if (ends_with(*out, ".safetensors")) write_safetensors_checkpoint(*out, clean, {{"converted_from", *in}});
+            else if (ends_with(*out, ".pt")) write_torch_checkpoint(*out, clean);
+            else throw std::invalid_argument("OUT must end in .pt or .safetensors: " + *out);
+            std::cout << "wrote " << *out << " (" << clean.tensors.size() << " tensors, step " << clean.step << ")\n";
+            return int(kOk);
+          }};
+}
+
+Command add_encode(CLI::App& app) {
+  auto tok = std::make_shared<std::string>(), text = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("encode", "Print the token ids of TEXT, comma-separated");
+  cmd->add_option("--tokenizer", *tok, "tokenizer.json")->required()->check(CLI::ExistingFile);
+  cmd->add_option("TEXT", *text, "text to encode")->required();
+  return {cmd, [tok, text] {
+            const auto ids = Tokenizer::load(*tok).encode(*text);
+            std::string s;
+            for (auto id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+            std::cout << s << "\n";
+            return int(kOk);
+          }};
+}
+
+Command add_decode(CLI::App& app) {
+  auto tok = std::make_shared<std::string>(), ids = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("decode", "Print the text of comma-separated token IDS");
+  cmd->add_option("--tokenizer", *tok, "tokenizer.json")->required()->check(CLI::ExistingFile);
+  cmd->add_option("IDS", *ids, "comma-separated ids")->required();
+  return {cmd, [tok, ids] {
+            Tokenizer t = Tokenizer::load(*tok);
+            std::cout << t.decode(parse_ids(*ids, t.vocab_size(), "IDS")) << "\n";
+            return int(kOk);
+          }};
+}
+
+Command add_train_tokenizer(CLI::App& app) {
+  auto corpus = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto vocab = std::make_shared<int64_t>(4096);
+  CLI::App* cmd = app.add_subcommand("train-tokenizer", "Train the series' byte-level BPE on a corpus");
+  cmd->add_option("--corpus", *corpus, "UTF-8 text file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--vocab", *vocab, "vocabulary size (>= 256)")->capture_default_str()->check(CLI::Range(256, 1 << 20));
+  cmd->add_option("--out", *out, "tokenizer.json to write (atomically)")->required();
+  return {cmd, [corpus, out, vocab] {
+            std::ifstream in(*corpus, std::ios::binary);
+            std::ostringstream s;
+            s << in.rdbuf();
+            const auto t0 = std::chrono::steady_clock::now();
+            Tokenizer t = Tokenizer::train(s.str(), *vocab, [](int64_t done, int64_t total) {
+              std::cerr << "train-tokenizer: " << done << "/" << total << " merges\n";
+            });
+            t.save(*out);
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            std::cout << "wrote " << *out << ": vocab " << t.vocab_size() << " in " << sec << " s\n";
+            return int(kOk);
+          }};
+}
+
+Command add_train(CLI::App& app) {
+  auto o = std::make_shared<checks::TrainOptions>();
+  auto run = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train the default config on a corpus with the series' Part 3 recipe. Writes best.safetensors (best\n"
+      "validation loss), last.safetensors + last.optim (for --resume) and train_log.csv into --out.");
+  cmd->add_option("--corpus", o->corpus, "UTF-8 text file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--out", o->out_dir, "output directory")->required();
+  cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", o->batch, "windows per step")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--eval-every", o->eval_every, "steps between validations")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--seed", o->seed, "seed of weights, windows and validation batches")->capture_default_str();
+  cmd->add_option("--max-minutes", o->max_minutes, "stop (saved) after this long; 0 = no limit")->capture_default_str();
+  cmd->add_flag("--resume", o->resume, "continue from --out's last checkpoint");
+  add_run_options(cmd, *run);
+  return {cmd, [o, run] {
+            const c10::Device dev = apply_run_options(*run);
+            std::ostringstream c;
+            c << "tinygpt train --corpus " << o->corpus << " --tokenizer " << o->tokenizer << " --steps " << o->steps
+              << " --batch " << o->batch << " --seed " << o->seed;
+            o->command = c.str();
+            const auto s = checks::train(*o, dev, [](const std::string& l) { std::cerr << l << "\n"; });
+            std::cout << "trained " << s.steps_done << " steps in " << s.seconds << " s; best val " << s.best_val
+                      << " at step " << s.best_step << "; last train " << s.last_train << "\n";
+            return int(kOk);
+          }};
+}
+
+}  // namespace tinygpt::cli

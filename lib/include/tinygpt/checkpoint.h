@@ -1,0 +1,42 @@
+// Loading the series' Part 3 checkpoints: torch.save({"model": state_dict, "config": {...},
+// "step": N}) in PyTorch's zip format (SPEC 8). The zip is read with LibTorch's own reader; the
+// pickle with a restricted unpickler that accepts only what torch.save emits for these files and
+// refuses any other global by name, so loading never executes code.
+// Leaves out TorchScript archives and legacy (pre-1.6, non-zip) torch.save files.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tinygpt/config.h"
+#include "tinygpt/gpt.h"
+
+namespace tinygpt {
+
+struct Checkpoint {
+  Config config;
+  int64_t step = 0;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // in file order, as stored
+  std::vector<std::string> notes;                           // conversions made, said once each
+};
+
+// Reads a .pt file. Throws std::runtime_error naming the problem (bad zip, refused global,
+// unsupported dtype, malformed structure).
+Checkpoint read_torch_checkpoint(const std::string& path);
+
+// Validates `tensors` against the model's config and copies them in: missing or unexpected names
+// (listed), shape mismatches (name, expected, got), dtypes (f16/bf16 converted and noted; others
+// refused), NaN/Inf (name and count), and a head.weight that is not emb.weight. Throws
+// std::runtime_error; the model is untouched on error.
+void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                  std::vector<std::string>* notes = nullptr);
+
+// read_torch_checkpoint + a model of its config + load_weights, moved to `device`, eval mode.
+GPT load_checkpoint(const std::string& path, c10::Device device, std::vector<std::string>* notes = nullptr);
+
+}  // namespace tinygpt
