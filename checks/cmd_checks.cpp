@@ -8,6 +8,7 @@
 #include "inject.h"
 #include "model_source.h"
 #include "report.h"
+#include "tinygpt/tokenizer.h"
 
 namespace tinygpt::cli {
 
@@ -15,7 +16,7 @@ namespace {
 struct CheckOptions {
   RunOptions run;
   ModelSource model;
-  std::string ids = "1,2,3";
+  std::string ids = "1,2,3", prompt, tokenizer;
   int64_t tokens = 600;
   int64_t batch = 1;
   std::string cache = "rolling";
@@ -24,12 +25,26 @@ struct CheckOptions {
 
 void add_check_options(CLI::App* cmd, CheckOptions& o) {
   cmd->add_option("--ids", o.ids, "prompt as comma-separated token ids")->capture_default_str();
+  cmd->add_option("--prompt", o.prompt, "prompt text instead of --ids (needs --tokenizer)");
+  cmd->add_option("--tokenizer", o.tokenizer, "tokenizer.json for --prompt")->check(CLI::ExistingFile);
   cmd->add_option("--tokens", o.tokens, "greedy tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--batch", o.batch, "rows (row b uses the prompt shifted by b ids, so rows differ)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--json", o.json, "write the JSON report here (atomically)");
   add_model_options(cmd, o.model);
   add_run_options(cmd, o.run);
+}
+
+// The prompt ids from --ids, or from --prompt through --tokenizer.
+std::vector<int64_t> prompt_ids(const CheckOptions& o, int64_t vocab) {
+  if (o.prompt.empty()) return parse_ids(o.ids, vocab, "--ids");
+  if (o.tokenizer.empty()) throw std::invalid_argument("--prompt needs --tokenizer");
+  Tokenizer tok = Tokenizer::load(o.tokenizer);
+  if (tok.vocab_size() != vocab)
+    throw std::invalid_argument("tokenizer vocab " + std::to_string(tok.vocab_size()) + " != model vocab " + std::to_string(vocab));
+  auto ids = tok.encode(o.prompt);
+  if (ids.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
+  return ids;
 }
 
 // Row b is the prompt with every id shifted by b (mod V), so a batch holds different prompts.
@@ -54,7 +69,7 @@ Command add_equivalence(CLI::App& app) {
             const auto& variant = checks::cache_registry().get(o->cache);
             GPT model = load_model(o->model, dev);
             checks::EquivalenceOptions opts{
-                batch_prompt(parse_ids(o->ids, model->config().vocab_size, "--ids"), o->batch,
+                batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch,
                              model->config().vocab_size, dev),
                 o->tokens};
             std::cerr << "equivalence: cache " << variant.name << ", " << opts.tokens << " tokens, batch " << o->batch
@@ -91,7 +106,7 @@ Command add_inject(CLI::App& app) {
             }
             GPT model = load_model(o->model, dev);
             checks::EquivalenceOptions opts{
-                batch_prompt(parse_ids(o->ids, model->config().vocab_size, "--ids"), o->batch,
+                batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch,
                              model->config().vocab_size, dev),
                 o->tokens};
             const auto rep = checks::run_injection(model, opts, faults, *drift,

@@ -24,19 +24,28 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 Command add_convert(CLI::App& app) {
   auto in = std::make_shared<std::string>(), out = std::make_shared<std::string>();
+  auto meta = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("convert",
                                      "Convert a checkpoint between the series' .pt format and .safetensors (by OUT's\n"
                                      "extension). Validates every tensor against the config first; writes atomically.");
   cmd->add_option("IN", *in, "input checkpoint (.pt or .safetensors)")->required()->check(CLI::ExistingFile);
   cmd->add_option("OUT", *out, "output path ending in .pt or .safetensors")->required();
-  return {cmd, [in, out] {
+  cmd->add_option("--meta", *meta, "KEY=VALUE provenance to add to a .safetensors output (repeatable)");
+  return {cmd, [in, out, meta] {
             Checkpoint ck = read_any_checkpoint(*in);
             GPT model(ck.config, 0);
             load_weights(model, ck.tensors, &ck.notes);  // validation: names, shapes, dtypes, finite
             for (const auto& n : ck.notes) std::cerr << "convert: " << n << "\n";
-            Checkpoint clean{ck.config, ck.step, model->state_dict(), {}};
-            if (ends_with(*out, ".safetensors")) write_safetensors_checkpoint(*out, clean, {{"converted_from", *in}});
-            else if (ends_with(*out, ".pt")) write_torch_checkpoint(*out, clean);
+            Checkpoint clean{ck.config, ck.step, model->state_dict(), {}, ck.metadata};
+            std::map<std::string, std::string> extra;
+            for (const auto& kv : *meta) {
+              const auto eq = kv.find('=');
+              if (eq == std::string::npos || eq == 0) throw std::invalid_argument("--meta expects KEY=VALUE, got '" + kv + "'");
+              extra[kv.substr(0, eq)] = kv.substr(eq + 1);
+            }
+            if (ends_with(*out, ".safetensors")) write_safetensors_checkpoint(*out, clean, extra);
+            else if (ends_with(*out, ".pt") && meta->empty()) write_torch_checkpoint(*out, clean);
+            else if (ends_with(*out, ".pt")) throw std::invalid_argument("--meta needs a .safetensors output");
             else throw std::invalid_argument("OUT must end in .pt or .safetensors: " + *out);
             std::cout << "wrote " << *out << " (" << clean.tensors.size() << " tensors, step " << clean.step << ")\n";
             return int(kOk);

@@ -31,5 +31,8 @@ Command add_encode(CLI::App& app);
 Command add_decode(CLI::App& app);
 Command add_train_tokenizer(CLI::App& app);
 Command add_train(CLI::App& app);
+Command add_sample_grid(CLI::App& app);
+Command add_golden(CLI::App& app);
+Command add_verify(CLI::App& app);
 
 }  // namespace tinygpt::cli

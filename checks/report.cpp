@@ -1,10 +1,14 @@
 #include "report.h"
 
+#include "tinygpt/atomic_file.h"
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <unistd.h>
+
+#include <sstream>
 
 namespace tinygpt::checks {
 
@@ -63,26 +67,72 @@ nlohmann::json to_json(const InjectionReport& r) {
 }
 
 void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error("cannot write " + tmp.string());
-    out << doc.dump(2) << "\n";
-    out.flush();
-    if (!out) {
-      out.close();
-      fs::remove(tmp);
-      throw std::runtime_error("failed writing " + tmp.string());
+  write_atomically(path, [&](std::ostream& out) { out << doc.dump(2) << "\n"; });
+}
+
+}  // namespace tinygpt::checks
+
+namespace tinygpt::checks {
+
+namespace {
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
     }
   }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp);
-    throw std::runtime_error("cannot move report into place at " + path + ": " + ec.message());
+  return o;
+}
+}  // namespace
+
+std::string format_verify_table(const std::vector<VerifyRow>& rows) {
+  size_t w = 5;
+  for (const auto& r : rows) w = std::max(w, r.check.size());
+  std::ostringstream s;
+  char line[1024];
+  std::snprintf(line, sizeof line, "%-*s  %-7s  %8s  %s\n", static_cast<int>(w), "check", "verdict", "time", "key figure");
+  s << line;
+  int failed = 0;
+  for (const auto& r : rows) {
+    std::snprintf(line, sizeof line, "%-*s  %-7s  %7.1fs  %s\n", static_cast<int>(w), r.check.c_str(), r.passed ? "PASS" : "FAIL",
+                  r.seconds, r.figure.c_str());
+    s << line;
+    failed += !r.passed;
   }
+  s << (failed ? "verify: FAILED (" + std::to_string(failed) + " of " + std::to_string(rows.size()) + " checks)\n"
+               : "verify: all " + std::to_string(rows.size()) + " checks passed\n");
+  return s.str();
+}
+
+nlohmann::json to_json(const std::vector<VerifyRow>& rows) {
+  nlohmann::json a = nlohmann::json::array();
+  bool ok = true;
+  for (const auto& r : rows) {
+    a.push_back({{"check", r.check}, {"passed", r.passed}, {"figure", r.figure}, {"seconds", r.seconds}});
+    ok &= r.passed;
+  }
+  return {{"passed", ok}, {"checks", a}};
+}
+
+void write_junit(const std::string& path, const std::vector<VerifyRow>& rows) {
+  int failures = 0;
+  double total = 0;
+  for (const auto& r : rows) failures += !r.passed, total += r.seconds;
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<testsuite name=\"tinygpt-verify\" tests=\"" << rows.size() << "\" failures=\"" << failures << "\" time=\"" << total << "\">\n";
+  for (const auto& r : rows) {
+    x << "  <testcase classname=\"tinygpt.verify\" name=\"" << xml_escape(r.check) << "\" time=\"" << r.seconds << "\"";
+    if (r.passed) x << "><system-out>" << xml_escape(r.figure) << "</system-out></testcase>\n";
+    else x << "><failure message=\"" << xml_escape(r.figure) << "\"/></testcase>\n";
+  }
+  x << "</testsuite>\n";
+  write_atomically(path, [&](std::ostream& out) { out << x.str(); });
 }
 
 }  // namespace tinygpt::checks

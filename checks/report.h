@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "equivalence.h"
 #include "inject.h"
@@ -14,5 +15,23 @@ nlohmann::json to_json(const InjectionReport& r);
 
 // Writes `doc` to `path` through a temporary file renamed into place: never a half-written file.
 void write_json_atomically(const std::string& path, const nlohmann::json& doc);
+
+}  // namespace tinygpt::checks
+
+namespace tinygpt::checks {
+
+// One row of `tinygpt verify`'s summary: the console table, the JSON report and the JUnit XML
+// are three views of a list of these.
+struct VerifyRow {
+  std::string check;
+  bool passed = true;
+  std::string figure;  // the key figure, or what failed
+  double seconds = 0;
+};
+
+std::string format_verify_table(const std::vector<VerifyRow>& rows);
+nlohmann::json to_json(const std::vector<VerifyRow>& rows);
+// JUnit XML (one testsuite, one testcase per row), written atomically.
+void write_junit(const std::string& path, const std::vector<VerifyRow>& rows);
 
 }  // namespace tinygpt::checks

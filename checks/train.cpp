@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "golden.h"
 #include "report.h"
 #include "tinygpt/device.h"
 #include "tinygpt/gpt.h"
@@ -123,10 +124,11 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
                                               {"val_loss", std::to_string(v)},
                                               {"corpus", fs::path(o.corpus).filename().string()},
                                               {"command", o.command},
-                                              {"libtorch", libtorch_version()}};
+                                              {"libtorch", libtorch_version()},
+                                              {"commit", git_commit()}};
   };
   auto snapshot = [&](int64_t step) {
-    Checkpoint ck{cfg, step, model->state_dict(), {}};
+    Checkpoint ck{cfg, step, model->state_dict(), {}, {}};
     return ck;
   };
 

@@ -1,5 +1,7 @@
 #include "sampler_laws.h"
 
+#include "selfcheck.h"
+
 #include <ATen/ATen.h>
 #include <rapidcheck.h>
 
@@ -312,54 +314,17 @@ std::vector<FixedCheck> fixed_checks() {
   std::vector<FixedCheck> checks;
   auto on = [](c10::Device dev, std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0).to(dev); };
 
-  checks.push_back({"seedSelfCheckGreedyForms", "T=0, top_k=1 and top_p=1e-9 all pick argmax",
-                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
-                      at::Generator g = at::detail::createCPUGenerator(3);
-                      at::Tensor x = (at::randn({4, 4096}, g) * 2).to(dev);
-                      at::Tensor want = x.argmax(-1);
-                      at::manual_seed(0);
-                      for (auto s : {SamplingSettings{0.0, 0, 1.0, 1.0}, SamplingSettings{1.0, 1, 1.0, 1.0},
-                                     SamplingSettings{1.0, 0, 1e-9, 1.0}})
-                        if (!sut.pick(x, {}, s).equal(want)) return "pick(" + s.to_string() + ") != argmax";
-                      return "";
-                    }});
-
-  checks.push_back({"seedSelfCheckTopFive", "top_k=5 never leaves the top 5 (200 draws)",
-                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
-                      at::Generator g = at::detail::createCPUGenerator(4);
-                      at::Tensor x = at::randn({1, 4096}, g).to(dev);
-                      at::Tensor top5 = std::get<1>(x.topk(5, -1)).to(at::kCPU);
-                      std::set<int64_t> allowed(top5.data_ptr<int64_t>(), top5.data_ptr<int64_t>() + 5);
-                      at::manual_seed(1);
-                      for (int i = 0; i < 200; ++i) {
-                        const int64_t id = sut.pick(x, {}, {1.0, 5, 1.0, 1.0}).item<int64_t>();
-                        if (!allowed.count(id)) return "draw " + std::to_string(i) + " picked id " + std::to_string(id);
-                      }
-                      return "";
-                    }});
-
-  checks.push_back({"topPOverTheSeedDistributionDrawsExactlyTheTopTwo",
-                    "top_p=0.75 over p=[0.5,0.3,0.15,0.05]: 500 draws in {0,1}, both seen",
-                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
-                      at::Tensor x = on(dev, {0.5f, 0.3f, 0.15f, 0.05f}).log();
-                      at::manual_seed(2);
-                      std::set<int64_t> seen;
-                      for (int i = 0; i < 500; ++i) seen.insert(sut.pick(x, {}, {1.0, 0, 0.75, 1.0}).item<int64_t>());
-                      if (seen != std::set<int64_t>{0, 1}) {
-                        std::ostringstream s;
-                        s << "drew ids {";
-                        for (auto id : seen) s << ' ' << id;
-                        return s.str() + " }, expected exactly {0, 1}";
-                      }
-                      return "";
-                    }});
-
-  checks.push_back({"penaltyTwoOnTheSeedPairPicksTheRunnerUp", "penalty 2 on [2.0, 1.5], history [0], T=0 -> 1",
-                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
-                      at::Tensor h = at::zeros({1, 1}, at::kLong).to(dev);
-                      const int64_t id = sut.pick(on(dev, {2.0f, 1.5f}), h, {0.0, 0, 1.0, 2.0}).item<int64_t>();
-                      return id == 1 ? "" : "picked " + std::to_string(id);
-                    }});
+  // The seed's own self-check, shared with `tinygpt verify` (checks/selfcheck.cpp).
+  static const char* names[] = {"seedSelfCheckGreedyForms", "seedSelfCheckTopFive",
+                                "topPOverTheSeedDistributionDrawsExactlyTheTopTwo", "penaltyTwoOnTheSeedPairPicksTheRunnerUp"};
+  for (size_t k = 0; k < 4; ++k)
+    checks.push_back({names[k], "seed self-check item " + std::to_string(k),
+                      [k](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                        const auto items = checks::sampler_selfcheck(
+                            [&](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return sut.pick(l, h, s); },
+                            dev);
+                        return items.at(k).passed ? "" : items.at(k).name + ": " + items.at(k).detail;
+                      }});
 
   checks.push_back({"drawsMatchTheFilteredDistribution",
                     "chi-square(20000 draws vs filtered p) below the 1e-3 false-alarm critical value",

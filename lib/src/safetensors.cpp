@@ -1,5 +1,7 @@
 #include "tinygpt/safetensors.h"
 
+#include "tinygpt/atomic_file.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -7,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 namespace tinygpt {
 
@@ -28,27 +29,6 @@ std::string dtype_name(at::ScalarType t, const std::string& path) {
   for (const auto& [n, s] : dtypes())
     if (s == t) return n;
   fail(path, std::string("cannot write dtype ") + c10::toString(t));
-}
-
-void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& body) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out) fail(path, "cannot create " + tmp);
-    body(out);
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp);
-      fail(path, "write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    fail(path, "cannot move into place: " + ec.message());
-  }
 }
 
 }  // namespace
@@ -178,6 +158,8 @@ Checkpoint read_safetensors_checkpoint(const std::string& path) {
     fail(path, e.what());
   }
   if (auto s = tf.metadata.find("step"); s != tf.metadata.end()) ck.step = std::stoll(s->second);
+  for (const auto& [k, v] : tf.metadata)
+    if (k != "config" && k != "step" && k != "tied") ck.metadata[k] = v;
   ck.tensors = std::move(tf.tensors);
   const bool has_head = std::any_of(ck.tensors.begin(), ck.tensors.end(), [](const auto& p) { return p.first == "head.weight"; });
   if (!has_head) {
@@ -191,7 +173,9 @@ Checkpoint read_safetensors_checkpoint(const std::string& path) {
 }
 
 void write_safetensors_checkpoint(const std::string& path, const Checkpoint& ck,
-                                  std::map<std::string, std::string> metadata) {
+                                  std::map<std::string, std::string> extra) {
+  std::map<std::string, std::string> metadata = ck.metadata;
+  for (const auto& [k, v] : extra) metadata[k] = v;
   nlohmann::json c = {{"vocab_size", ck.config.vocab_size}, {"d_model", ck.config.d_model},
                       {"n_heads", ck.config.n_heads},       {"n_layers", ck.config.n_layers},
                       {"context", ck.config.context},       {"dropout", ck.config.dropout}};

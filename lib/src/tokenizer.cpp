@@ -1,17 +1,17 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tinygpt/tokenizer.h"
 
+#include "tinygpt/atomic_file.h"
+
 #include <pcre2.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-#include <unistd.h>
 
 namespace tinygpt {
 
@@ -87,21 +87,7 @@ void Tokenizer::save(const std::string& path) const {
   nlohmann::json j;
   j["merges"] = nlohmann::json::array();
   for (const auto& [a, b] : merges_) j["merges"].push_back({a, b});
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    out << j.dump() << "\n";
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error(path + ": cannot write tokenizer");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error(path + ": cannot move tokenizer into place: " + ec.message());
-  }
+  write_atomically(path, [&](std::ostream& out) { out << j.dump() << "\n"; });
 }
 
 std::vector<std::string> Tokenizer::split(const std::string& text) {

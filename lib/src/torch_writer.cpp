@@ -5,10 +5,9 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
-#include <filesystem>
 #include <map>
-#include <unistd.h>
 
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/safetensors.h"
 
 namespace tinygpt {
@@ -128,25 +127,18 @@ void write_torch_checkpoint(const std::string& path, const Checkpoint& ck) {
   p.op('u');
   p.op('.');
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    caffe2::serialize::PyTorchStreamWriter writer(tmp);
-    writer.writeRecord("data.pkl", p.bytes().data(), p.bytes().size());
-    for (const auto& [key, c] : records)
-      writer.writeRecord("data/" + key, c.data_ptr(), c.numel() * c.element_size());
-    writer.writeEndOfFile();
-  } catch (const std::exception& e) {
-    std::filesystem::remove(tmp);
-    std::string msg = e.what();
-    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-    throw std::runtime_error(path + ": cannot write checkpoint (" + msg + ")");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error(path + ": cannot move checkpoint into place: " + ec.message());
-  }
+  write_atomically_via(path, [&](const std::string& tmp) {
+    try {
+      caffe2::serialize::PyTorchStreamWriter writer(tmp);
+      writer.writeRecord("data.pkl", p.bytes().data(), p.bytes().size());
+      for (const auto& [key, c] : records) writer.writeRecord("data/" + key, c.data_ptr(), c.numel() * c.element_size());
+      writer.writeEndOfFile();
+    } catch (const c10::Error& e) {
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+      throw std::runtime_error(path + ": cannot write checkpoint (" + msg + ")");
+    }
+  });
 }
 
 }  // namespace tinygpt

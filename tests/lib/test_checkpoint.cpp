@@ -3,6 +3,8 @@
 // (tests/interop/series_reference.py) computes the logits and greedy ids we must reproduce.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include "paths.h"
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>

@@ -64,7 +64,7 @@ TEST(Safetensors, ValidatesTheHeader) {
 
 TEST(Safetensors, CheckpointRoundTripKeepsTheTiedHead) {
   GPT m(Config{}, 3);
-  Checkpoint ck{Config{}, 42, m->state_dict(), {}};
+  Checkpoint ck{Config{}, 42, m->state_dict(), {}, {}};
   const auto p = tmp("ck.safetensors");
   write_safetensors_checkpoint(p.string(), ck, {{"note", "x"}});
   Checkpoint back = read_any_checkpoint(p.string());
@@ -77,7 +77,7 @@ TEST(Safetensors, CheckpointRoundTripKeepsTheTiedHead) {
 
 TEST(TorchWriter, OurPtFileReadsBackAndPythonLoadsIt) {
   GPT m(Config{}, 5);
-  Checkpoint ck{Config{}, 3000000000LL, m->state_dict(), {}};
+  Checkpoint ck{Config{}, 3000000000LL, m->state_dict(), {}, {}};
   const auto p = tmp("ours.pt");
   write_torch_checkpoint(p.string(), ck);
   Checkpoint back = read_any_checkpoint(p.string());

@@ -1,6 +1,8 @@
 // The tokenizer (SPEC 8): round trips, merge validation, and agreement with an independent
 // Python implementation (python3-regex) on tricky strings and invalid UTF-8.
 #include <gtest/gtest.h>
+
+#include "paths.h"
 #include <nlohmann/json.hpp>
 
 #include <cstdio>

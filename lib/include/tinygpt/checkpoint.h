@@ -9,6 +9,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,7 @@ struct Checkpoint {
   int64_t step = 0;
   std::vector<std::pair<std::string, at::Tensor>> tensors;  // in file order, as stored
   std::vector<std::string> notes;                           // conversions made, said once each
+  std::map<std::string, std::string> metadata;              // provenance carried by safetensors files
 };
 
 // Reads a .pt file. Throws std::runtime_error naming the problem (bad zip, refused global,

@@ -1,0 +1,172 @@
+// `tinygpt sample-grid`, `tinygpt golden verify|update` and `tinygpt verify`, the main job.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "golden.h"
+#include "inject.h"
+#include "model_source.h"
+#include "paths.h"
+#include "report.h"
+#include "sample_grid.h"
+#include "selfcheck.h"
+
+namespace tinygpt::cli {
+
+namespace {
+
+const std::string kDefaultGolden = TINYGPT_GOLDEN_DIR;
+
+struct Timer {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+}  // namespace
+
+Command add_sample_grid(CLI::App& app) {
+  struct Opts {
+    RunOptions run;
+    ModelSource model;
+    std::string tokenizer = kDefaultGolden + "/tokenizer.json", prompt = "And God said", json;
+    uint64_t seed = 1;
+    int64_t tokens = 60;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("sample-grid",
+                                     "The seed's sample grid: one prompt under eight sampler settings, the seed re-set\n"
+                                     "before each row (cached). Defaults to the shipped fixture.");
+  add_model_options(cmd, o->model);
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->capture_default_str()->check(CLI::ExistingFile);
+  cmd->add_option("--prompt", o->prompt, "prompt text")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "new tokens per row")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--json", o->json, "write rows (settings, ids, text) here");
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            if (o->model.checkpoint.empty()) o->model.checkpoint = kDefaultGolden + "/fixture.safetensors";
+            GPT model = load_model(o->model, dev);
+            Tokenizer tok = Tokenizer::load(o->tokenizer);
+            const auto ids = tok.encode(o->prompt);
+            if (ids.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
+            nlohmann::json rows = nlohmann::json::array();
+            for (const auto& r : checks::sample_grid(model, tok, ids, o->seed, o->tokens)) {
+              std::cout << "--- " << r.name << "\n" << r.text << "\n\n";
+              rows.push_back({{"name", r.name}, {"settings", r.settings.to_string()}, {"ids", r.ids}, {"text", r.text}});
+            }
+            if (!o->json.empty())
+              checks::write_json_atomically(o->json, {{"prompt", o->prompt}, {"seed", o->seed}, {"tokens", o->tokens}, {"rows", rows}});
+            return int(kOk);
+          }};
+}
+
+Command add_golden(CLI::App& app) {
+  auto dir = std::make_shared<std::string>(kDefaultGolden);
+  auto run = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("golden", "Compare with, or rewrite, the golden outputs of the shipped fixture");
+  cmd->require_subcommand(1);
+  CLI::App* verify = cmd->add_subcommand("verify", "Recompute every golden case and report each as passed or failed");
+  CLI::App* update = cmd->add_subcommand("update", "Rewrite the golden files (atomically) and print what changed; refused when CI=true");
+  for (CLI::App* c : {verify, update}) {
+    c->add_option("--dir", *dir, "golden directory (fixture.safetensors, tokenizer.json, *.json)")->capture_default_str();
+    add_run_options(c, *run);
+  }
+  return {cmd, [dir, run, verify] {
+            const char* ci = std::getenv("CI");
+            if (!verify->parsed() && ci && std::string(ci) == "true")
+              throw std::invalid_argument("golden update refused: CI=true (goldens change only by a deliberate local run)");
+            const c10::Device dev = apply_run_options(*run);
+            checks::Fixture fx = checks::load_fixture(*dir, dev);
+            if (!verify->parsed()) {
+              for (const auto& l : checks::update_goldens(fx, dev)) std::cout << l << "\n";
+              return int(kOk);
+            }
+            bool ok = true;
+            for (const auto& r : checks::verify_goldens(fx, dev)) {
+              std::cout << (r.passed ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
+              ok &= r.passed;
+            }
+            std::cout << (ok ? "golden: all cases passed\n" : "golden: FAILED\n");
+            return ok ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+Command add_verify(CLI::App& app) {
+  struct Opts {
+    RunOptions run;
+    std::string dir = kDefaultGolden, json = "tinygpt-verify.json", junit;
+    int64_t tokens = 600;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "verify",
+      "The main job, no arguments needed: on the shipped fixture, the cache-equivalence check (tokens and\n"
+      "logits), the fault matrix, the goldens and the sampler self-check. Prints one summary table, writes a\n"
+      "JSON report (and JUnit XML with --junit), exits 1 on any failure.");
+  cmd->add_option("--dir", o->dir, "golden directory with the fixture")->capture_default_str();
+  cmd->add_option("--json", o->json, "JSON report path")->capture_default_str();
+  cmd->add_option("--junit", o->junit, "also write JUnit XML here");
+  cmd->add_option("--tokens", o->tokens, "greedy tokens for the cache checks")->capture_default_str()->check(CLI::PositiveNumber);
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            auto say = [](const std::string& s) { std::cerr << "verify: " << s << "\n"; };
+            say("loading the fixture from " + o->dir);
+            checks::Fixture fx = checks::load_fixture(o->dir, dev);
+            std::vector<checks::VerifyRow> rows;
+
+            Timer t;
+            checks::EquivalenceOptions opts{at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev), o->tokens};
+            const auto rep = checks::run_injection(fx.model, opts, checks::cache_registry().all(true), 100, say);
+            const double inj_seconds = t.seconds();
+            {
+              const auto& c = rep.control;
+              std::string fig = "first " + std::to_string(std::min(c.identical_prefix, c.must_match)) + " of " +
+                                std::to_string(c.must_match) + " tokens identical";
+              if (c.first_difference) fig += ", first difference at " + std::to_string(*c.first_difference) + " of " + std::to_string(c.sequence_length);
+              char b[96];
+              std::snprintf(b, sizeof b, "; worst logit diff %.1e (tol %.0e)", std::max(c.worst_window_diff, c.worst_band_diff), c.tolerance);
+              rows.push_back({"cache-equivalence", c.passed(), fig + b, inj_seconds / (rep.faults.size() + 1)});
+            }
+            {
+              std::string fig = std::to_string(rep.caught()) + "/" + std::to_string(rep.faults.size()) + " faults caught";
+              for (const auto& f : rep.faults)
+                if (f.fault == "rope-offset" || f.fault == "topleft-mask")
+                  fig += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : std::string("never/100"));
+              rows.push_back({"fault-matrix", rep.caught() == static_cast<int>(rep.faults.size()), fig,
+                              inj_seconds * rep.faults.size() / (rep.faults.size() + 1)});
+            }
+            say("goldens");
+            t = Timer();
+            for (const auto& g : checks::verify_goldens(fx, dev)) rows.push_back({"golden:" + g.name, g.passed, g.detail, 0});
+            const double gsec = t.seconds();
+            say("sampler self-check");
+            t = Timer();
+            for (const auto& s : checks::sampler_selfcheck(checks::production_pick(), dev))
+              rows.push_back({"sampler:" + s.name, s.passed, s.detail, 0});
+            const double ssec = t.seconds();
+            size_t golden_rows = 0, sampler_rows = 0;
+            for (const auto& r : rows) golden_rows += r.check.rfind("golden:", 0) == 0, sampler_rows += r.check.rfind("sampler:", 0) == 0;
+            for (auto& r : rows) {
+              if (r.check.rfind("golden:", 0) == 0) r.seconds = gsec / golden_rows;
+              if (r.check.rfind("sampler:", 0) == 0) r.seconds = ssec / sampler_rows;
+            }
+            std::cout << checks::format_verify_table(rows);
+            std::cout << "\nfault matrix:\n" << checks::format_injection(rep);
+            nlohmann::json doc = checks::to_json(rows);
+            doc["fault_matrix"] = checks::to_json(rep);
+            checks::write_json_atomically(o->json, doc);
+            if (!o->junit.empty()) checks::write_junit(o->junit, rows);
+            bool ok = true;
+            for (const auto& r : rows) ok &= r.passed;
+            return ok ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+}  // namespace tinygpt::cli

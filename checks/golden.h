@@ -1,0 +1,60 @@
+// Golden outputs with provenance: the fixture's sample grid, 600-token greedy runs (cached and
+// uncached), the sampler self-check draws, and per-step logit digests (top-5 ids and logits).
+// Tolerance policy: tokens exact on the same LibTorch version, device, dtype, threads and CPU;
+// elsewhere a divergence is accepted only at a near-tie (each side's token in the other's top 2).
+// Logit digests must agree within 1e-3 everywhere before any divergence.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/gpt.h"
+#include "tinygpt/tokenizer.h"
+
+namespace tinygpt::checks {
+
+constexpr double kDigestTolerance = 1e-3;
+constexpr const char* kDigestToleranceReason =
+    "fp32 logits differ by ~1e-5 across thread counts and BLAS builds; a model or cache change moves them by >= 1e-2";
+constexpr int kNearTieTopN = 2;
+
+// The source tree's commit (short hash), or "unknown" outside a git checkout.
+std::string git_commit();
+
+struct Provenance {
+  std::string commit, libtorch, device, dtype = "float32";
+  std::string cpu;  // the CPU model: BLAS kernels (and their rounding) differ between CPUs
+  int threads = 1;
+  uint64_t seed = 1;
+  nlohmann::json to_json() const;
+  static Provenance from_json(const nlohmann::json& j);
+  static Provenance current(c10::Device device, uint64_t seed);
+  bool same_environment(const Provenance& o) const;
+};
+
+struct Fixture {
+  GPT model{nullptr};
+  Tokenizer tokenizer{{}};
+  std::string dir;
+};
+// Loads <dir>/fixture.safetensors and <dir>/tokenizer.json onto `device`.
+Fixture load_fixture(const std::string& dir, c10::Device device);
+
+struct GoldenCaseResult {
+  std::string name;  // e.g. "sample-grid/top-p 0.9"
+  bool passed = true;
+  std::string detail;  // first mismatch (position, expected, actual, text around) or the figure
+  double worst_logit_diff = 0;
+};
+
+// Every golden file's JSON, freshly computed (file name -> document).
+std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device device);
+// Compares the files in fx.dir with a fresh computation.
+std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device device);
+// Rewrites the golden files atomically; returns one line per file saying what changed.
+std::vector<std::string> update_goldens(Fixture& fx, c10::Device device);
+
+}  // namespace tinygpt::checks
