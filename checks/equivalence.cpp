@@ -79,6 +79,8 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
   r.context = cfg.context;
   r.sequence_length = r.prompt_len + r.tokens;
   r.must_match = std::max<int64_t>(0, std::min(cfg.context - r.prompt_len, r.tokens));
+  at::Tensor m = ref.uncached_margin.contiguous();
+  r.step_margins.assign(m.data_ptr<double>(), m.data_ptr<double>() + m.numel());
   at::NoGradGuard no_grad;
   // One cache object for every sub-check, reset between uses, as a server would hold it.
   auto cache = variant.make_cache(cfg);
@@ -180,8 +182,14 @@ std::string format_equivalence(const EquivalenceResult& r) {
   }
   for (const auto& c : r.checks)
     s << "  " << (c.passed ? "PASS " : "FAIL ") << c.name << ": " << c.detail << "\n";
-  if (r.first_window_step_over)
-    s << "  logits over tolerance " << fmt(r.tolerance) << " first at position " << *r.first_window_step_over << "\n";
+  if (r.first_window_step_over) {
+    const size_t step = static_cast<size_t>(*r.first_window_step_over - (r.prompt_len - 1));
+    s << "  logits over tolerance " << fmt(r.tolerance) << " first at position " << *r.first_window_step_over;
+    if (step < r.window_diffs.size()) s << " (step " << step << ", |diff| " << fmt(r.window_diffs[step]);
+    if (step < r.step_margins.size()) s << ", top-2 margin there " << fmt(r.step_margins[step]);
+    if (step < r.window_diffs.size()) s << ")";
+    s << "\n";
+  }
   if (r.first_band_step_over)
     s << "  window reference over tolerance first at position " << *r.first_band_step_over << "\n";
   s << "tolerance " << fmt(r.tolerance) << ": " << kLogitToleranceReason << "\n";

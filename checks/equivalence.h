@@ -51,6 +51,7 @@ struct EquivalenceResult {
   int64_t sequence_length = 0;
   std::optional<double> margin_at_difference;  // uncached top1 - top2 where the paths part
   std::vector<double> window_diffs;  // per in-window step: max |cached - full forward| logit
+  std::vector<double> step_margins;  // per step: uncached top1 - top2 (min over rows)
   double worst_window_diff = 0;  // teacher-forced, inside the window
   int64_t worst_window_position = -1;
   std::optional<int64_t> first_window_step_over;  // first position over tolerance

@@ -36,6 +36,7 @@ nlohmann::json to_json(const EquivalenceResult& r) {
           {"identical_prefix", r.identical_prefix},
           {"first_difference", opt(r.first_difference)},
           {"margin_at_difference", opt(r.margin_at_difference)},
+          {"step_margins", r.step_margins},
           {"tolerance", r.tolerance},
           {"tolerance_reason", kLogitToleranceReason},
           {"logits", {{"worst_diff", r.worst_window_diff},

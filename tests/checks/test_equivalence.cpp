@@ -93,7 +93,10 @@ TEST_F(Harness, ACacheWrongAtOneStepIsNamedAtThatStep) {
       EXPECT_LT(r.window_diffs[i], r.tolerance) << i;
     }
   const std::string text = format_equivalence(r);
-  EXPECT_NE(text.find("first at position 10"), std::string::npos) << text;
+  EXPECT_NE(text.find("first at position 10 (step 8, |diff| "), std::string::npos) << text;
+  EXPECT_NE(text.find("top-2 margin there"), std::string::npos) << text;
+  ASSERT_EQ(r.step_margins.size(), 80u);
+  EXPECT_GE(r.step_margins[8], 0.0);
 }
 
 TEST_F(Harness, JsonReportCarriesTheVerdictAndTheFigures) {
