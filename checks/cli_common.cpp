@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "tinygpt/device.h"
+#include "tinygpt/tokenizer.h"
 
 namespace tinygpt::cli {
 
@@ -42,6 +43,18 @@ std::vector<int64_t> parse_ids(const std::string& text, int64_t vocab, const std
   if (ids.empty() || (!text.empty() && text.back() == ','))
     throw std::invalid_argument(option + ": expected comma-separated ids such as 1,2,3");
   return ids;
+}
+
+std::vector<int64_t> prompt_ids(const std::string& ids, const std::string& prompt, const Tokenizer* tok,
+                                int64_t vocab) {
+  if (!prompt.empty() && !tok) throw std::invalid_argument("--prompt needs --tokenizer");
+  if (tok && tok->vocab_size() != vocab)
+    throw std::invalid_argument("tokenizer vocab " + std::to_string(tok->vocab_size()) + " != model vocab " +
+                                std::to_string(vocab));
+  if (prompt.empty()) return parse_ids(ids, vocab, "--ids");
+  auto out = tok->encode(prompt);
+  if (out.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
+  return out;
 }
 
 at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device) {

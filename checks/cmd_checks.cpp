@@ -35,16 +35,11 @@ void add_check_options(CLI::App* cmd, CheckOptions& o) {
   add_run_options(cmd, o.run);
 }
 
-// The prompt ids from --ids, or from --prompt through --tokenizer.
+// The prompt ids from --ids, or from --prompt through --tokenizer (loaded only for --prompt).
 std::vector<int64_t> prompt_ids(const CheckOptions& o, int64_t vocab) {
-  if (o.prompt.empty()) return parse_ids(o.ids, vocab, "--ids");
-  if (o.tokenizer.empty()) throw std::invalid_argument("--prompt needs --tokenizer");
-  Tokenizer tok = Tokenizer::load(o.tokenizer);
-  if (tok.vocab_size() != vocab)
-    throw std::invalid_argument("tokenizer vocab " + std::to_string(tok.vocab_size()) + " != model vocab " + std::to_string(vocab));
-  auto ids = tok.encode(o.prompt);
-  if (ids.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
-  return ids;
+  std::unique_ptr<Tokenizer> tok;
+  if (!o.prompt.empty() && !o.tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer));
+  return cli::prompt_ids(o.ids, o.prompt, tok.get(), vocab);
 }
 
 // Row b is the prompt with every id shifted by b (mod V), so a batch holds different prompts.

@@ -50,16 +50,10 @@ Command add_generate(CLI::App& app) {
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
             o->sampling.validate();
-            if (!o->prompt.empty() && o->tokenizer.empty()) throw std::invalid_argument("--prompt needs --tokenizer");
             std::unique_ptr<Tokenizer> tok;
             if (!o->tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o->tokenizer));
             GPT model = load_model(o->model, dev);
-            if (tok && tok->vocab_size() != model->config().vocab_size)
-              throw std::invalid_argument("tokenizer vocab " + std::to_string(tok->vocab_size()) +
-                                          " != model vocab " + std::to_string(model->config().vocab_size));
-            const std::vector<int64_t> ids =
-                o->prompt.empty() ? parse_ids(o->ids, model->config().vocab_size, "--ids") : tok->encode(o->prompt);
-            if (ids.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
+            const auto ids = prompt_ids(o->ids, o->prompt, tok.get(), model->config().vocab_size);
             at::Tensor prompt = ids_tensor(ids, o->batch, dev);
             at::manual_seed(o->seed);
             const TokenChooser choose = sampler(o->sampling);
