@@ -54,11 +54,14 @@ Command add_equivalence(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
   CLI::App* cmd = app.add_subcommand(
       "equivalence",
-      "Prove a cache changes nothing inside the window: greedy tokens with and without it, teacher-forced\n"
-      "logits against the full forward, every step against the banded window reference, and batch rows\n"
-      "against the same prompts alone. Exits 1 when any in-window token or logit differs.");
+      "Prove a cache changes nothing: the production loop's greedy tokens against the uncached loop (inside\n"
+      "the window), its own logits against the full forward (inside) and the banded window reference (every\n"
+      "step, past the window too), a second sequence on the same cache (reset), the harness's teacher-forced\n"
+      "loop, a seeded sampled run, a prompt longer than the window, and batch rows against each prompt alone.\n"
+      "Exits 1 when any check fails, naming the check and the first position.");
   add_check_options(cmd, *o);
-  cmd->add_option("--cache", o->cache, "cache implementation to verify (rolling, or a fault name)")->capture_default_str();
+  cmd->add_option("--cache", o->cache, "cache implementation to verify (rolling, static, a registered one, or a fault name)")
+      ->capture_default_str();
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
             const auto& variant = checks::cache_registry().get(o->cache);
@@ -80,16 +83,20 @@ Command add_equivalence(CLI::App& app) {
 Command add_inject(CLI::App& app) {
   auto o = std::make_shared<CheckOptions>();
   auto fault = std::make_shared<std::string>("all");
-  auto drift = std::make_shared<int64_t>(100);
+  auto io = std::make_shared<checks::InjectionOptions>();
   CLI::App* cmd = app.add_subcommand(
       "inject",
-      "Run fault-injected caches through every check and print the detection matrix (fault x check),\n"
-      "each fault's drift from the correct cached output, and the mutation score. Exits 1 if any fault\n"
-      "is missed by every check, or if the correct cache fails a check.");
+      "Run fault-injected decode paths (attention, cache, loop and batch bugs) through every check and print\n"
+      "the detection matrix (fault x check), each fault's drift from the correct cached output, and the\n"
+      "mutation score. Exits 1 if any fault is missed by every check or by a check that must catch it\n"
+      "(MISSED!), or if a production cache (the negative controls) fails a check.");
   cmd->add_option("--fault", *fault, "fault name, or all")->capture_default_str();
-  cmd->add_option("--drift-tokens", *drift, "greedy tokens for the drift measure")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--drift-tokens", io->drift_tokens, "greedy tokens for the drift measure")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--fault-tokens", io->fault_tokens,
+                  "new tokens of each fault's run (0: --tokens; context + 64 reaches every past-window fault)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   add_check_options(cmd, *o);
-  return {cmd, [o, fault, drift] {
+  return {cmd, [o, fault, io] {
             const c10::Device dev = apply_run_options(o->run);
             std::vector<const checks::CacheVariant*> faults;
             if (*fault == "all") {
@@ -104,8 +111,10 @@ Command add_inject(CLI::App& app) {
                 batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch,
                              model->config().vocab_size, dev),
                 o->tokens};
-            const auto rep = checks::run_injection(model, opts, faults, *drift,
+            const auto rep = checks::run_injection(model, opts, faults, *io,
                                                    [](const std::string& s) { std::cerr << "inject: " << s << "\n"; });
+            for (const auto& c : rep.controls)
+              if (!c.passed()) std::cout << "negative control " << c.cache << ":\n" << checks::format_equivalence(c);
             std::cout << checks::format_injection(rep);
             for (const auto& f : rep.faults) std::cout << "  " << f.fault << ": " << f.description << "\n";
             if (!o->json.empty()) checks::write_json_atomically(o->json, checks::to_json(rep));

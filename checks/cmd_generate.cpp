@@ -4,6 +4,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cache_registry.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "model_source.h"
@@ -21,6 +22,7 @@ struct GenerateOptions {
   int64_t tokens = 32;
   int64_t batch = 1;
   bool uncached = false;
+  std::string cache = "static";
   SamplingSettings sampling{0.0, 0, 1.0, 1.0};  // greedy unless told otherwise
   uint64_t seed = 1;
 };
@@ -44,12 +46,15 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
+  cmd->add_option("--cache", o->cache, "cache implementation: static (fastest), rolling (the series'), or a fault name to see its effect")
+      ->capture_default_str();
   add_sampling_options(cmd, o->sampling, o->seed);
   add_model_options(cmd, o->model);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
             o->sampling.validate();
+            const auto& variant = checks::cache_registry().get(o->cache);
             std::unique_ptr<Tokenizer> tok;
             if (!o->tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o->tokenizer));
             GPT model = load_model(o->model, dev);
@@ -61,8 +66,8 @@ Command add_generate(CLI::App& app) {
             if (o->uncached) {
               out = generate_uncached(model, prompt, o->tokens, choose);
             } else {
-              RollingKVCache cache(model->config());
-              out = generate_cached(model, prompt, o->tokens, choose, cache);
+              auto cache = variant.make_cache(model->config());
+              out = generate_cached(model, prompt, o->tokens, choose, *cache, variant.path());
             }
             for (int64_t b = 0; b < out.size(0); ++b) {
               if (tok && !o->prompt.empty()) {

@@ -22,6 +22,26 @@ namespace {
 
 const std::string kDefaultGolden = TINYGPT_GOLDEN_DIR;
 
+// One summary row for a production cache's equivalence run: the seed's figure and the worst
+// logit difference, or the first failing check.
+checks::VerifyRow equivalence_row(const checks::EquivalenceResult& c, const std::string& what) {
+  double seconds = 0;
+  for (const auto& s : c.checks) seconds += s.seconds;
+  std::string fig = "first " + std::to_string(std::min(c.identical_prefix, c.must_match)) + " of " +
+                    std::to_string(c.must_match) + " tokens identical";
+  if (c.first_difference) fig += ", first difference at " + std::to_string(*c.first_difference) + " of " + std::to_string(c.sequence_length);
+  char b[128];
+  std::snprintf(b, sizeof b, "; worst logit diff %.1e (tol %.0e); %zu checks", std::max(c.loop_band.worst, c.forced_band.worst),
+                c.tolerance, c.checks.size());
+  fig += b;
+  for (const auto& s : c.checks)
+    if (!s.passed) {
+      fig = s.name + ": " + s.detail;
+      break;
+    }
+  return {"cache-equivalence [" + c.cache + what + "]", c.passed(), fig, seconds};
+}
+
 struct Timer {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
@@ -120,45 +140,58 @@ Command add_verify(CLI::App& app) {
             say("loading the fixture from " + o->dir);
             checks::Fixture fx = checks::load_fixture(o->dir, dev);
             std::vector<checks::VerifyRow> rows;
+            const auto production = checks::cache_registry().all(/*faults=*/false);
 
+            // Batch 1: every production cache (the negative controls) at the seed's 600 tokens, and every
+            // fault through every check at context + 64 tokens (past the window, half the cost).
             Timer t;
             checks::EquivalenceOptions opts{at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev), o->tokens};
-            const auto rep = checks::run_injection(fx.model, opts, checks::cache_registry().all(true), 100, say);
-            const double inj_seconds = t.seconds();
-            {
-              const auto& c = rep.control;
-              std::string fig = "first " + std::to_string(std::min(c.identical_prefix, c.must_match)) + " of " +
-                                std::to_string(c.must_match) + " tokens identical";
-              if (c.first_difference) fig += ", first difference at " + std::to_string(*c.first_difference) + " of " + std::to_string(c.sequence_length);
-              char b[96];
-              std::snprintf(b, sizeof b, "; worst logit diff %.1e (tol %.0e)", std::max(c.worst_window_diff, c.worst_band_diff), c.tolerance);
-              rows.push_back({"cache-equivalence", c.passed(), fig + b, inj_seconds / (rep.faults.size() + 1)});
-            }
+            say("reference: uncached greedy run, full-forward and banded logits");
+            const auto ref = checks::build_reference(fx.model, opts);
+            checks::InjectionOptions io;
+            io.controls = production;
+            io.reference = &ref;
+            io.fault_tokens = std::min(o->tokens, fx.model->config().context + 64);
+            const auto rep = checks::run_injection(fx.model, opts, checks::cache_registry().all(true), io, say);
+            for (const auto& c : rep.controls) rows.push_back(equivalence_row(c, ""));
             {
               std::string fig = std::to_string(rep.caught()) + "/" + std::to_string(rep.faults.size()) + " faults caught";
-              for (const auto& f : rep.faults)
+              double seconds = 0;
+              for (const auto& f : rep.faults) {
+                for (const auto& c : f.checks) seconds += c.seconds;
+                if (!f.missed_expected().empty()) fig += "; " + f.fault + " MISSED by " + f.missed_expected().front();
                 if (f.fault == "rope-offset" || f.fault == "topleft-mask")
                   fig += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : std::string("never/100"));
-              rows.push_back({"fault-matrix", rep.caught() == static_cast<int>(rep.faults.size()), fig,
-                              inj_seconds * rep.faults.size() / (rep.faults.size() + 1)});
+              }
+              rows.push_back({"fault-matrix", rep.faults_passed(), fig, seconds});
+            }
+            // A batch of three different prompts through every check (the batch check inside every run
+            // above compares rows with their prompts alone too, past the window).
+            const at::Tensor batch = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong)
+                                         .view({3, 3}).remainder(fx.model->config().vocab_size).to(dev);
+            checks::EquivalenceOptions bopts{batch, std::min<int64_t>(o->tokens, 96)};
+            say("a batch of 3 prompts: reference");
+            const auto bref = checks::build_reference(fx.model, bopts);
+            for (const auto* v : production) {
+              say("a batch of 3 prompts: " + v->name);
+              rows.push_back(equivalence_row(checks::check_equivalence(fx.model, bopts, bref, *v), ", batch 3"));
             }
             say("goldens");
-            t = Timer();
-            for (const auto& g : checks::verify_goldens(fx, dev)) rows.push_back({"golden:" + g.name, g.passed, g.detail, 0});
-            const double gsec = t.seconds();
+            const bool reuse = o->tokens == 600;  // the golden greedy run is the same uncached run
+            for (const auto* v : production) {
+              t = Timer();
+              const auto gs = checks::verify_goldens(fx, dev, v->name == "rolling" ? nullptr : v, reuse ? &ref : nullptr);
+              const double each = t.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
+              for (const auto& g : gs) rows.push_back({"golden:" + g.name, g.passed, g.detail, each});
+            }
             say("sampler self-check");
             t = Timer();
-            for (const auto& s : checks::sampler_selfcheck(checks::production_pick(), dev))
-              rows.push_back({"sampler:" + s.name, s.passed, s.detail, 0});
-            const double ssec = t.seconds();
-            size_t golden_rows = 0, sampler_rows = 0;
-            for (const auto& r : rows) golden_rows += r.check.rfind("golden:", 0) == 0, sampler_rows += r.check.rfind("sampler:", 0) == 0;
-            for (auto& r : rows) {
-              if (r.check.rfind("golden:", 0) == 0) r.seconds = gsec / golden_rows;
-              if (r.check.rfind("sampler:", 0) == 0) r.seconds = ssec / sampler_rows;
-            }
+            const auto sc = checks::sampler_selfcheck(checks::production_pick(), dev);
+            for (const auto& s : sc) rows.push_back({"sampler:" + s.name, s.passed, s.detail, t.seconds() / sc.size()});
             std::cout << checks::format_verify_table(rows);
             std::cout << "\nfault matrix:\n" << checks::format_injection(rep);
+            for (const auto& c : rep.controls)
+              if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
             nlohmann::json doc = checks::to_json(rows);
             doc["fault_matrix"] = checks::to_json(rep);
             checks::write_json_atomically(o->json, doc);

@@ -34,5 +34,6 @@ Command add_train(CLI::App& app);
 Command add_sample_grid(CLI::App& app);
 Command add_golden(CLI::App& app);
 Command add_verify(CLI::App& app);
+Command add_bench(CLI::App& app);
 
 }  // namespace tinygpt::cli

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "tinygpt/rope.h"
+#include "tinygpt/static_kv_cache.h"
 
 namespace tinygpt::checks {
 
@@ -29,7 +30,8 @@ class TopLeftMask final : public AttentionPolicy {
   }
 };
 
-// The position counter is read before it counts the token being fed: decode steps lag by one.
+// The attention layer rotates a decode token one position early (its own off-by-one; the loop's
+// counter is right).
 class DecodePositionOffByOne final : public AttentionPolicy {
  public:
   void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start) const override {
@@ -144,32 +146,145 @@ class NeverReset final : public FaultyCache {
   }
 };
 
+// --- batch faults (KVCache): invisible at batch 1 ---
+
+// A slot-index bug: every update stores row b's keys and values as row (b+1) mod B's, so from the
+// second step on each row attends to its neighbour's history.
+class RowsMixed final : public FaultyCache {
+ public:
+  using FaultyCache::FaultyCache;
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
+    at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
+    k_[l] = last(K, context_).roll(1, 0);
+    v_[l] = last(V, context_).roll(1, 0);
+    return {K, V};
+  }
+};
+
+// Admission into the wrong slot: the prompt's entries (the first update after a reset) are
+// stored one row off, so row b decodes on top of row b-1's prompt; decode steps store correctly.
+class PrefillRowsShifted final : public FaultyCache {
+ public:
+  using FaultyCache::FaultyCache;
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
+    const bool prefill = !k_[l].defined();
+    at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
+    k_[l] = prefill ? last(K, context_).roll(1, 0) : last(K, context_);
+    v_[l] = prefill ? last(V, context_).roll(1, 0) : last(V, context_);
+    return {K, V};
+  }
+};
+
+// --- loop faults (DecodeSchedule): the bookkeeping of generate_cached, not the cache ---
+
+// `pos % context`: the position counter wraps when the window is full.
+class WrappedPositions final : public DecodeSchedule {
+ public:
+  int64_t position(int64_t fed, int64_t context) const override { return fed % context; }
+};
+
+// `min(pos, context - 1)`: the position counter stops growing at the window's last slot.
+class ClampedPositions final : public DecodeSchedule {
+ public:
+  int64_t position(int64_t fed, int64_t context) const override { return std::min(fed, context - 1); }
+};
+
+// The position read before it counts the previous token: each decode token is fed at the
+// previous token's position (the loop's off-by-one; the attention policy is correct).
+class LoopPositionOffByOne final : public DecodeSchedule {
+ public:
+  int64_t position(int64_t fed, int64_t) const override { return fed - 1; }
+};
+
+// `prompt[:, :context]` for `prompt[:, -context:]`: a prompt longer than the window is prefilled
+// from its start instead of its end.
+class PrefillFromTheStart final : public DecodeSchedule {
+ public:
+  int64_t prefill_start(int64_t, int64_t) const override { return 0; }
+};
+
+// The loop never calls reset(): a server's second request decodes on top of the first one's
+// keys and values.
+class LoopWithoutReset final : public DecodeSchedule {
+ public:
+  void begin(KVCache&) const override {}
+};
+
+// The chooser is handed only the generated tokens, not the prompt: the repetition penalty forgets
+// the prompt. Logits stay right; only sampled runs with a penalty show it.
+class HistoryWithoutPrompt final : public DecodeSchedule {
+ public:
+  at::Tensor history(const at::Tensor& seq, int64_t prompt_len) const override {
+    return seq.narrow(1, prompt_len, seq.size(1) - prompt_len);
+  }
+};
+
+// Faults are the fastest production path (the preallocated cache and the matvec kernel) with one
+// decision changed; cache faults bring their own storage.
+CacheVariant fault(std::string name, std::string description, std::vector<std::string> expected) {
+  CacheVariant v;
+  v.name = std::move(name);
+  v.description = std::move(description);
+  v.make_cache = [](const Config& c) { return std::make_unique<StaticKVCache>(c); };
+  v.kernels = Kernels::Decode;
+  v.is_fault = true;
+  v.expected = std::move(expected);
+  return v;
+}
+
 template <typename Policy>
-CacheVariant policy_fault(std::string name, std::string description) {
-  return {std::move(name), std::move(description),
-          [](const Config& c) { return std::make_unique<RollingKVCache>(c); },
-          std::make_shared<Policy>(), true};
+CacheVariant policy_fault(std::string name, std::string description, std::vector<std::string> expected) {
+  CacheVariant v = fault(std::move(name), std::move(description), std::move(expected));
+  v.policy = std::make_shared<Policy>();
+  return v;
 }
 
 template <typename Cache>
-CacheVariant cache_fault(std::string name, std::string description) {
-  return {std::move(name), std::move(description), [](const Config& c) { return std::make_unique<Cache>(c); },
-          std::shared_ptr<const AttentionPolicy>(&production_policy(), [](const AttentionPolicy*) {}), true};
+CacheVariant cache_fault(std::string name, std::string description, std::vector<std::string> expected) {
+  CacheVariant v = fault(std::move(name), std::move(description), std::move(expected));
+  v.make_cache = [](const Config& c) { return std::make_unique<Cache>(c); };
+  return v;
+}
+
+template <typename Schedule>
+CacheVariant loop_fault(std::string name, std::string description, std::vector<std::string> expected) {
+  CacheVariant v = fault(std::move(name), std::move(description), std::move(expected));
+  v.schedule = std::make_shared<Schedule>();
+  return v;
 }
 
 }  // namespace
 
 void register_faults(CacheRegistry& r) {
-  r.add(policy_fault<RopeOffset>("rope-offset", "decode step rotates q and k as if at position 0 (seed gotcha 1)"));
-  r.add(policy_fault<TopLeftMask>("topleft-mask", "decode query under a top-left causal mask sees only key 0 (seed gotcha 2)"));
-  r.add(policy_fault<DecodePositionOffByOne>("decode-pos-off-by-one", "decode positions lag one behind the tokens fed"));
-  r.add(policy_fault<RopeOnValues>("rope-on-v", "RoPE applied to values as well as queries and keys"));
-  r.add(policy_fault<PrefillWithoutMask>("prefill-no-mask", "prefill run without the causal mask"));
-  r.add(cache_fault<StaleCache>("stale-cache", "decode k, v attended once but never appended to the cache"));
-  r.add(cache_fault<TrimBeforeAttend>("trim-before-attend", "cache trimmed before attending: context keys, not context+1"));
-  r.add(cache_fault<NeverTrimmed>("never-trimmed", "cache never trimmed: past the window it sees every token"));
-  r.add(cache_fault<KVSwapped>("kv-swapped", "keys and values stored in each other's place"));
-  r.add(cache_fault<NeverReset>("no-reset", "reset() does nothing: the next generation starts on stale entries"));
+  // Which checks must catch each fault on any model: the logit-level ones that see its effect.
+  // Token checks are left out: on untrained weights greedy decoding repeats one token and misses most.
+  const std::vector<std::string> in_window = {"logits", "window-reference", "teacher-forced"};
+  const std::vector<std::string> past_window = {"window-reference", "teacher-forced"};
+  r.add(policy_fault<RopeOffset>("rope-offset", "decode step rotates q and k as if at position 0 (seed gotcha 1)", in_window));
+  r.add(policy_fault<TopLeftMask>("topleft-mask", "decode query under a top-left causal mask sees only key 0 (seed gotcha 2)", in_window));
+  r.add(policy_fault<DecodePositionOffByOne>("decode-pos-off-by-one", "attention rotates decode tokens one position early", in_window));
+  r.add(policy_fault<RopeOnValues>("rope-on-v", "RoPE applied to values as well as queries and keys", in_window));
+  r.add(policy_fault<PrefillWithoutMask>("prefill-no-mask", "prefill run without the causal mask", in_window));
+  r.add(cache_fault<StaleCache>("stale-cache", "decode k, v attended once but never appended to the cache", in_window));
+  r.add(cache_fault<TrimBeforeAttend>("trim-before-attend", "cache trimmed before attending: context keys, not context+1", past_window));
+  r.add(cache_fault<NeverTrimmed>("never-trimmed", "cache never trimmed: past the window it sees every token", past_window));
+  r.add(cache_fault<KVSwapped>("kv-swapped", "keys and values stored in each other's place", in_window));
+  r.add(cache_fault<NeverReset>("no-reset", "the cache's reset() does nothing: the next sequence starts on stale entries",
+                                {"reset", "teacher-forced"}));
+  r.add(loop_fault<WrappedPositions>("loop-wrapped-positions", "the loop wraps positions at the window (pos % context)",
+                                     {"window-reference", "long-prompt"}));
+  r.add(loop_fault<ClampedPositions>("loop-clamped-positions", "the loop's positions stop growing at the window's last slot",
+                                     {"window-reference", "long-prompt"}));
+  r.add(loop_fault<LoopPositionOffByOne>("loop-pos-off-by-one", "the loop feeds each decode token at the previous token's position",
+                                         {"logits", "window-reference", "long-prompt"}));
+  r.add(loop_fault<PrefillFromTheStart>("loop-prefill-offset", "a prompt longer than the window is prefilled from its start, not its end",
+                                        {"long-prompt"}));
+  r.add(loop_fault<LoopWithoutReset>("loop-no-reset", "the loop forgets to reset the cache between calls", {"reset"}));
+  r.add(loop_fault<HistoryWithoutPrompt>("loop-history-no-prompt", "the sampler's history leaves out the prompt (penalty forgets it)",
+                                         {"sampled"}));
+  r.add(cache_fault<RowsMixed>("rows-mixed", "row b's keys and values stored as row b+1's", {"batch"}));
+  r.add(cache_fault<PrefillRowsShifted>("prefill-rows-shifted", "the prompt's entries stored one row off (admission into the wrong slot)",
+                                        {"batch"}));
 }
 
 }  // namespace tinygpt::checks

@@ -1,4 +1,5 @@
-// Fault-injected caches: each one a different implementation behind the seams (policy or cache),
+// Fault-injected decode paths: each one a different implementation behind one seam (attention
+// policy, KV cache or loop schedule),
 // modelling a real bug report. None of them lives in lib/.
 #pragma once
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cache_registry.h"
+#include "equivalence.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/tokenizer.h"
 
@@ -50,10 +52,17 @@ struct GoldenCaseResult {
   double worst_logit_diff = 0;
 };
 
-// Every golden file's JSON, freshly computed (file name -> document).
-std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device device);
-// Compares the files in fx.dir with a fresh computation.
-std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device device);
+// Every golden file's JSON, freshly computed (file name -> document). With `variant`, only the
+// cached cases, through that cache (the files are recorded through the series' rolling cache).
+// `uncached`, when given, is an equivalence reference of the same greedy run (ids [1, 2, 3], 600
+// tokens, this model) whose uncached ids and logits are reused instead of recomputed.
+std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device device,
+                                                                   const CacheVariant* variant = nullptr,
+                                                                   const Reference* uncached = nullptr);
+// Compares the files in fx.dir with a fresh computation (through `variant` when given: its case
+// names then end in " [name]").
+std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device device, const CacheVariant* variant = nullptr,
+                                             const Reference* uncached = nullptr);
 // Rewrites the golden files atomically; returns one line per file saying what changed.
 std::vector<std::string> update_goldens(Fixture& fx, c10::Device device);
 

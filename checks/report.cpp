@@ -15,7 +15,7 @@ namespace tinygpt::checks {
 namespace {
 nlohmann::json checks_json(const std::vector<SubCheck>& checks) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& c : checks) a.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}});
+  for (const auto& c : checks) a.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}, {"seconds", c.seconds}});
   return a;
 }
 template <typename T>
@@ -23,6 +23,14 @@ nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 }  // namespace
+
+nlohmann::json to_json(const StepDiffs& d) {
+  return {{"worst_diff", d.worst},
+          {"worst_position", d.worst_position},
+          {"first_position", d.first_position},
+          {"first_position_over", opt(d.first_position_over)},
+          {"per_step_diff", d.diffs}};
+}
 
 nlohmann::json to_json(const EquivalenceResult& r) {
   return {{"cache", r.cache},
@@ -39,13 +47,9 @@ nlohmann::json to_json(const EquivalenceResult& r) {
           {"step_margins", r.step_margins},
           {"tolerance", r.tolerance},
           {"tolerance_reason", kLogitToleranceReason},
-          {"logits", {{"worst_diff", r.worst_window_diff},
-                      {"worst_position", r.worst_window_position},
-                      {"first_position_over", opt(r.first_window_step_over)},
-                      {"per_step_diff", r.window_diffs}}},
-          {"window_reference", {{"worst_diff", r.worst_band_diff},
-                                {"worst_position", r.worst_band_position},
-                                {"first_position_over", opt(r.first_band_step_over)}}},
+          {"logits", to_json(r.loop_full)},
+          {"window_reference", to_json(r.loop_band)},
+          {"teacher_forced", {{"full", to_json(r.forced_full)}, {"band", to_json(r.forced_band)}}},
           {"checks", checks_json(r.checks)}};
 }
 
@@ -55,15 +59,20 @@ nlohmann::json to_json(const InjectionReport& r) {
     faults.push_back({{"fault", f.fault},
                       {"description", f.description},
                       {"caught", f.caught()},
+                      {"expected", f.expected},
+                      {"missed_expected", f.missed_expected()},
                       {"checks", checks_json(f.checks)},
                       {"drift_after", opt(f.drift_after)},
                       {"drift_window", f.drift_window},
                       {"first_logit_position_over", opt(f.first_logit_position_over)},
-                      {"worst_logit_diff", f.worst_logit_diff}});
+                      {"worst_logit_diff", f.worst_logit_diff},
+                      {"per_step_diff", f.step_diffs}});
+  nlohmann::json controls = nlohmann::json::array();
+  for (const auto& c : r.controls) controls.push_back(to_json(c));
   return {{"passed", r.passed()},
           {"caught", r.caught()},
           {"total", r.faults.size()},
-          {"control", to_json(r.control)},
+          {"controls", controls},
           {"faults", faults}};
 }
 

@@ -10,6 +10,7 @@
 
 namespace tinygpt::checks {
 
+nlohmann::json to_json(const StepDiffs& d);
 nlohmann::json to_json(const EquivalenceResult& r);
 nlohmann::json to_json(const InjectionReport& r);
 

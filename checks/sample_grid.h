@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_registry.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/sampler.h"
 #include "tinygpt/tokenizer.h"
@@ -28,9 +29,11 @@ struct GridRow {
   std::string error;               // set when the sampler refused to go on (the row stops there)
 };
 
-// Generates every grid row from `prompt_ids`; `keep_logits` records per-step logits. A row whose
-// sampler throws keeps its error and the other rows still run.
+// Generates every grid row from `prompt_ids` through `variant`'s cached path (the series' rolling
+// cache when null); `keep_logits` records per-step logits. A row whose sampler throws keeps its
+// error and the other rows still run.
 std::vector<GridRow> sample_grid(GPT& model, const Tokenizer& tok, const std::vector<int64_t>& prompt_ids,
-                                 uint64_t seed, int64_t tokens, bool keep_logits = false);
+                                 uint64_t seed, int64_t tokens, bool keep_logits = false,
+                                 const CacheVariant* variant = nullptr);
 
 }  // namespace tinygpt::checks

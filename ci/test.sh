@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 bash ci/install.sh
 bash ci/build.sh
 cd build
+# Tests run side by side: OpenMP threads wait passively instead of spinning for the core (see tests/CMakeLists.txt).
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 ctest -j "${JOBS:-$(nproc)}" --output-on-failure --output-junit test-results.xml "$@"

@@ -9,8 +9,10 @@
 namespace tinygpt {
 
 void AttentionPolicy::position(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, int64_t start) const {
-  q = rope(q, start);
-  k = rope(k, start);
+  // One table lookup serves q and k: the same positions.
+  auto [cos, sin] = rope_angles(start, q.size(-2), q.size(-1), q.device());  // (T, hd/2) each
+  q = rope_rotate(q, cos, sin);
+  k = rope_rotate(k, cos, sin);
 }
 
 at::Tensor AttentionPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const {

@@ -7,7 +7,7 @@ namespace tinygpt {
 
 namespace {
 
-// Checks the chooser's answer: ids (B) int64 within the vocabulary. Returns (B, 1).
+// Checks the chooser's answer: ids (B) within the vocabulary. Returns (B, 1) int64.
 at::Tensor checked_ids(const at::Tensor& ids, int64_t batch, int64_t vocab) {
   if (!ids.defined() || ids.dim() != 1 || ids.size(0) != batch)
     throw std::runtime_error("token chooser must return a (B) tensor with B=" + std::to_string(batch));
@@ -21,6 +21,13 @@ void check_request(GPT& model, const at::Tensor& idx, int64_t n_tokens) {
   if (n_tokens < 0) throw std::invalid_argument("generate: n_tokens must be >= 0");
 }
 
+// The output sequence, written in place: (B, T0 + n) with the prompt copied in.
+at::Tensor sequence_buffer(const at::Tensor& idx, int64_t n_tokens) {
+  at::Tensor seq = at::empty({idx.size(0), idx.size(1) + n_tokens}, idx.options());
+  seq.narrow(1, 0, idx.size(1)).copy_(idx);
+  return seq;
+}
+
 }  // namespace
 
 TokenChooser greedy() {
@@ -31,35 +38,40 @@ at::Tensor generate_uncached(GPT& model, const at::Tensor& idx, int64_t n_tokens
                              const TokenChooser& choose, const StepObserver& observe) {
   check_request(model, idx, n_tokens);
   at::NoGradGuard no_grad;
-  const int64_t ctx = model->config().context, V = model->config().vocab_size;
-  at::Tensor seq = idx;  // (B, T)
+  const int64_t ctx = model->config().context, V = model->config().vocab_size, T0 = idx.size(1);
+  at::Tensor seq = sequence_buffer(idx, n_tokens);  // (B, T0 + n)
   for (int64_t i = 0; i < n_tokens; ++i) {
-    const int64_t L = seq.size(1), w = std::min(L, ctx);
+    const int64_t L = T0 + i, w = std::min(L, ctx);
     at::Tensor logits = model->forward(seq.narrow(1, L - w, w)).select(1, w - 1);  // (B, V)
     if (observe) observe(i, logits);
-    seq = at::cat({seq, checked_ids(choose(logits, seq), seq.size(0), V)}, 1);
+    seq.narrow(1, L, 1).copy_(checked_ids(choose(logits, seq.narrow(1, 0, L)), seq.size(0), V));
   }
   return seq;
 }
 
-at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens,
-                           const TokenChooser& choose, KVCache& cache, const AttentionPolicy& policy,
-                           const StepObserver& observe) {
+at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, const TokenChooser& choose,
+                           KVCache& cache, const DecodePath& path, const StepObserver& observe) {
   check_request(model, idx, n_tokens);
+  if (n_tokens == 0) return idx;
   at::NoGradGuard no_grad;
-  const int64_t ctx = model->config().context, V = model->config().vocab_size;
-  cache.reset();
-  at::Tensor seq = idx;
-  const int64_t L = seq.size(1), w = std::min(L, ctx);
-  if (n_tokens == 0) return seq;
-  at::Tensor logits = model->step(seq.narrow(1, L - w, w), cache, /*start=*/0, policy);  // (B, V)
-  // pos counts every token fed so far and is never wrapped (SPEC 4).
-  int64_t pos = w;
+  const AttentionPolicy& policy = *path.policy;
+  const DecodeSchedule& schedule = *path.schedule;
+  const int64_t ctx = model->config().context, V = model->config().vocab_size, T0 = idx.size(1);
+  const int64_t w = std::min(T0, ctx);
+  const int64_t s0 = schedule.prefill_start(T0, ctx);
+  if (s0 < 0 || s0 + w > T0)
+    throw std::logic_error("decode schedule: prefill start " + std::to_string(s0) + " leaves no " + std::to_string(w) +
+                           "-token window in a " + std::to_string(T0) + "-token prompt");
+  at::Tensor seq = sequence_buffer(idx, n_tokens);  // (B, T0 + n)
+  schedule.begin(cache);
+  at::Tensor logits = model->step(idx.narrow(1, s0, w), cache, /*start=*/0, policy, path.kernels);  // (B, V)
+  int64_t fed = w;  // tokens fed so far: the decode position, never wrapped (SPEC 4)
   for (int64_t i = 0; i < n_tokens; ++i) {
     if (observe) observe(i, logits);
-    at::Tensor next = checked_ids(choose(logits, seq), seq.size(0), V);  // (B, 1)
-    seq = at::cat({seq, next}, 1);
-    if (i + 1 < n_tokens) logits = model->step(next, cache, pos++, policy);
+    const int64_t L = T0 + i;
+    at::Tensor next = checked_ids(choose(logits, schedule.history(seq.narrow(1, 0, L), T0)), seq.size(0), V);  // (B, 1)
+    seq.narrow(1, L, 1).copy_(next);
+    if (i + 1 < n_tokens) logits = model->step(next, cache, schedule.position(fed++, ctx), policy, path.kernels);
   }
   return seq;
 }

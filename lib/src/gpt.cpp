@@ -33,20 +33,16 @@ AttentionImpl::AttentionImpl(const Config& cfg) : n_heads_(cfg.n_heads) {
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                                  KVCache* cache, int64_t layer) {
+                                  KVCache* cache, int64_t layer, Kernels kernels, const at::Tensor& residual) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_heads_;
-  auto parts = qkv->forward(x).split(C, -1);  // 3 x (B, T, d)
+  auto parts = project(x, qkv->weight, {}, kernels).split(C, -1);  // 3 x (B, T, d)
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_heads_, hd}).transpose(1, 2); };
   at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, hd)
   policy.position(q, k, v, start);
   at::Tensor K = k, V = v;
   if (cache != nullptr) std::tie(K, V) = cache->update(layer, k, v);  // (B, H, S, hd)
-  const int64_t S = K.size(2);
-  at::Tensor att = at::matmul(q, K.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));  // (B, H, T, S)
-  at::Tensor m = policy.mask(T, S, att.options());
-  if (m.defined()) att = att + m;
-  at::Tensor y = at::matmul(at::softmax(att, -1), V);  // (B, H, T, hd)
-  return out->forward(y.transpose(1, 2).reshape({B, T, C}));
+  at::Tensor y = attend(q, K, V, policy.mask(T, K.size(2), q.options()), kernels);  // (B, H, T, hd)
+  return project(y.transpose(1, 2).reshape({B, T, C}), out->weight, {}, kernels, residual);  // (B, T, d)
 }
 
 BlockImpl::BlockImpl(const Config& cfg) {
@@ -61,9 +57,17 @@ BlockImpl::BlockImpl(const Config& cfg) {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                              KVCache* cache, int64_t layer) {
-  at::Tensor h = x + attn->forward(norm1->forward(x), start, policy, cache, layer);
-  return h + mlp->forward(norm2->forward(h));
+                              KVCache* cache, int64_t layer, Kernels kernels) {
+  auto norm = [&](const nn::LayerNorm& n, const at::Tensor& t) {
+    return layer_norm(t, n->weight, n->bias, n->options.eps(), kernels);
+  };
+  // x + attn(norm1(x)): the residual add happens inside the attention's output projection.
+  at::Tensor h = attn->forward(norm(norm1, x), start, policy, cache, layer, kernels, /*residual=*/x);  // (B, T, d)
+  // h + mlp(norm2(h)), the MLP's layers called one by one so the products can use the chosen kernels.
+  const auto& up = *mlp[0]->as<nn::LinearImpl>();
+  const auto& down = *mlp[2]->as<nn::LinearImpl>();
+  at::Tensor u = project(norm(norm2, h), up.weight, up.bias, kernels, {}, /*gelu=*/true);  // exact erf GELU, (B, T, 4d)
+  return project(u, down.weight, down.bias, kernels, /*residual=*/h);                    // (B, T, d)
 }
 
 GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
@@ -99,14 +103,15 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   // LayerNorm defaults are already weight 1, bias 0.
 }
 
-at::Tensor GPTImpl::head(const at::Tensor& x) {
-  return at::linear(norm->forward(x), emb->weight);  // tied head: (..., d) -> (..., V)
+at::Tensor GPTImpl::head(const at::Tensor& x, Kernels kernels) {
+  at::Tensor n = layer_norm(x, norm->weight, norm->bias, norm->options.eps(), kernels);
+  return project(n, emb->weight, {}, kernels);  // tied head: (..., d) -> (..., V)
 }
 
 at::Tensor GPTImpl::run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
-                               KVCache* cache) {
+                               KVCache* cache, Kernels kernels) {
   int64_t layer = 0;
-  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++);
+  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++, kernels);
   return x;
 }
 
@@ -121,16 +126,16 @@ at::Tensor GPTImpl::forward(const at::Tensor& idx) {
 at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "forward");
   at::Tensor x = emb->forward(idx);                          // (B, T, d)
-  return head(run_blocks(x, /*start=*/0, policy, nullptr));  // (B, T, V)
+  return head(run_blocks(x, /*start=*/0, policy, nullptr, Kernels::Library), Kernels::Library);  // (B, T, V)
 }
 
 at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start,
-                         const AttentionPolicy& policy) {
+                         const AttentionPolicy& policy, Kernels kernels) {
   check_token_ids(idx, cfg_.vocab_size, "step");
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
-  at::Tensor x = emb->forward(idx);                 // (B, T, d)
-  x = run_blocks(x, start, policy, &cache);         // (B, T, d)
-  return head(x.select(1, x.size(1) - 1));          // (B, V)
+  at::Tensor x = emb->forward(idx);                      // (B, T, d)
+  x = run_blocks(x, start, policy, &cache, kernels);    // (B, T, d)
+  return head(x.select(1, x.size(1) - 1), kernels);     // (B, V)
 }
 
 std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {

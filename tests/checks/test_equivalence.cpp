@@ -1,5 +1,5 @@
-// The equivalence harness and the fault matrix: the correct cache passes every check, every
-// fault is caught by at least one, and a cache wrong at ONE step is named at that step.
+// The equivalence harness and the fault matrix: the correct caches pass every check, every fault
+// is caught by the checks it names, and a cache wrong at ONE step is named at that step.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -28,29 +28,77 @@ class Harness : public ::testing::Test {
   EquivalenceOptions opts{at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 80};
 };
 
-TEST_F(Harness, RollingCachePassesEveryCheck) {
+const std::vector<std::string> kChecks = {"tokens",         "logits",  "window-reference", "reset",
+                                          "teacher-forced", "sampled", "long-prompt",      "batch"};
+
+class EveryProductionCache : public Harness, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(EveryProductionCache, PassesEveryCheck) {
   const auto ref = build_reference(model, opts);
-  const auto r = check_equivalence(model, opts, ref, cache_registry().get("rolling"));
+  const auto r = check_equivalence(model, opts, ref, cache_registry().get(GetParam()));
   EXPECT_TRUE(r.passed()) << format_equivalence(r);
+  ASSERT_EQ(r.checks.size(), kChecks.size());
+  for (size_t i = 0; i < kChecks.size(); ++i) EXPECT_EQ(r.checks[i].name, kChecks[i]);
   EXPECT_EQ(r.must_match, 29);
   EXPECT_GE(r.identical_prefix, 29);
-  EXPECT_LT(r.worst_window_diff, 1e-5);
+  EXPECT_LT(r.loop_full.worst, 1e-5);
+  EXPECT_LT(r.loop_band.worst, 1e-5);
+  EXPECT_EQ(r.loop_band.diffs.size(), 80u);
   EXPECT_NE(format_equivalence(r).find("first 29 tokens identical with and without the cache"), std::string::npos);
 }
+INSTANTIATE_TEST_SUITE_P(Caches, EveryProductionCache, ::testing::Values("rolling", "static"));
 
-TEST_F(Harness, EveryFaultIsCaughtAndTheControlPasses) {
+TEST_F(Harness, EveryFaultIsCaughtByTheChecksItNamesAndTheControlsPass) {
   const auto faults = cache_registry().all(/*faults=*/true);
-  ASSERT_GE(faults.size(), 8u);
-  const auto rep = run_injection(model, opts, faults, /*drift_tokens=*/40);
-  EXPECT_TRUE(rep.control.passed()) << format_equivalence(rep.control);
-  for (const auto& f : rep.faults) EXPECT_TRUE(f.caught()) << f.fault << " was missed by every check";
+  ASSERT_GE(faults.size(), 18u);
+  InjectionOptions io;
+  io.drift_tokens = 40;
+  const auto rep = run_injection(model, opts, faults, io);
+  ASSERT_EQ(rep.controls.size(), cache_registry().all(false).size());
+  for (const auto& c : rep.controls) EXPECT_TRUE(c.passed()) << format_equivalence(c);
+  for (const auto& f : rep.faults) {
+    EXPECT_TRUE(f.caught()) << f.fault << " was missed by every check";
+    EXPECT_TRUE(f.missed_expected().empty()) << f.fault << " missed by " << f.missed_expected().front();
+  }
   EXPECT_TRUE(rep.passed()) << format_injection(rep);
-  // Faults that only matter past the window must still be caught, by the window reference.
-  for (const auto& f : rep.faults)
-    if (f.fault == "never-trimmed" || f.fault == "trim-before-attend") {
-      EXPECT_TRUE(f.checks[1].passed) << f.fault << " should be invisible inside the window";
-      EXPECT_FALSE(f.checks[2].passed) << f.fault;
-    }
+}
+
+// Which check catches what is the point of the matrix: these must stay exactly so.
+TEST_F(Harness, EachFaultFamilyIsCaughtWhereItActs) {
+  std::vector<const CacheVariant*> faults;
+  for (const char* n : {"never-trimmed", "trim-before-attend", "loop-wrapped-positions", "loop-clamped-positions",
+                        "loop-prefill-offset", "loop-no-reset", "loop-history-no-prompt", "rows-mixed",
+                        "prefill-rows-shifted", "loop-pos-off-by-one"})
+    faults.push_back(&cache_registry().get(n));
+  InjectionOptions io;
+  io.drift_tokens = 40;
+  io.fault_tokens = 60;  // a prefix of the reference, still past the 32-token window
+  io.controls = {&cache_registry().get("static")};
+  const auto rep = run_injection(model, opts, faults, io);
+  EXPECT_TRUE(rep.controls_passed());
+  auto outcome = [&](const std::string& n) -> const FaultOutcome& {
+    for (const auto& f : rep.faults)
+      if (f.fault == n) return f;
+    throw std::logic_error(n);
+  };
+  // Past-window faults: invisible inside the window, caught by the banded reference.
+  for (const char* n : {"never-trimmed", "trim-before-attend", "loop-wrapped-positions", "loop-clamped-positions"}) {
+    EXPECT_FALSE(outcome(n).caught_by("logits")) << n << " should be invisible inside the window";
+    EXPECT_TRUE(outcome(n).caught_by("window-reference")) << n;
+  }
+  // Loop faults are invisible to the harness's own loop: that is why the production loop is checked.
+  for (const char* n : {"loop-wrapped-positions", "loop-clamped-positions", "loop-prefill-offset", "loop-no-reset",
+                        "loop-history-no-prompt", "loop-pos-off-by-one"})
+    EXPECT_FALSE(outcome(n).caught_by("teacher-forced")) << n;
+  EXPECT_TRUE(outcome("loop-pos-off-by-one").caught_by("logits"));
+  // A long prompt is the only place the prefill offset shows; reset, sampling and batches likewise.
+  EXPECT_EQ(outcome("loop-prefill-offset").checks.size(), kChecks.size());
+  for (const auto& c : outcome("loop-prefill-offset").checks) EXPECT_EQ(c.passed, c.name != "long-prompt") << c.name;
+  for (const auto& c : outcome("loop-history-no-prompt").checks) EXPECT_EQ(c.passed, c.name != "sampled") << c.name;
+  for (const char* n : {"rows-mixed", "prefill-rows-shifted"})
+    for (const auto& c : outcome(n).checks) EXPECT_EQ(c.passed, c.name != "batch") << n << ": " << c.name;
+  EXPECT_TRUE(outcome("loop-no-reset").caught_by("reset"));
+  EXPECT_FALSE(outcome("loop-no-reset").caught_by("tokens"));
 }
 
 // A cache that is wrong at exactly one decode step: on the step that brings it to `bad_len`
@@ -79,21 +127,22 @@ class OneBadStep final : public KVCache {
 
 TEST_F(Harness, ACacheWrongAtOneStepIsNamedAtThatStep) {
   const int64_t bad_len = 11;  // the step feeding position 10
-  CacheVariant bad{"one-bad-step", "test double",
-                   [bad_len](const Config& c) { return std::make_unique<OneBadStep>(c, bad_len); },
-                   std::shared_ptr<const AttentionPolicy>(&production_policy(), [](const AttentionPolicy*) {}), true};
+  CacheVariant bad;
+  bad.name = "one-bad-step";
+  bad.make_cache = [bad_len](const Config& c) { return std::make_unique<OneBadStep>(c, bad_len); };
   const auto ref = build_reference(model, opts);
   const auto r = check_equivalence(model, opts, ref, bad);
   EXPECT_FALSE(r.passed());
-  ASSERT_TRUE(r.first_window_step_over.has_value());
-  EXPECT_EQ(*r.first_window_step_over, bad_len - 1);
+  ASSERT_TRUE(r.loop_full.first_position_over.has_value());
+  EXPECT_EQ(*r.loop_full.first_position_over, bad_len - 1);
   // Every other in-window step stays within tolerance: the harness localises the fault.
-  for (size_t i = 0; i < r.window_diffs.size(); ++i)
+  for (size_t i = 0; i < r.loop_full.diffs.size(); ++i)
     if (static_cast<int64_t>(i) + r.prompt_len - 1 != bad_len - 1) {
-      EXPECT_LT(r.window_diffs[i], r.tolerance) << i;
+      EXPECT_LT(r.loop_full.diffs[i], r.tolerance) << i;
     }
   const std::string text = format_equivalence(r);
-  EXPECT_NE(text.find("first at position 10 (step 8, |diff| "), std::string::npos) << text;
+  EXPECT_NE(text.find("FAIL logits: production loop vs full forward, inside the window: first over 1.00e-04 at position 10 (step 8, |diff| "),
+            std::string::npos) << text;
   EXPECT_NE(text.find("top-2 margin there"), std::string::npos) << text;
   ASSERT_EQ(r.step_margins.size(), 80u);
   EXPECT_GE(r.step_margins[8], 0.0);
@@ -105,12 +154,38 @@ TEST_F(Harness, JsonReportCarriesTheVerdictAndTheFigures) {
   EXPECT_FALSE(j["passed"].get<bool>());
   EXPECT_EQ(j["cache"], "topleft-mask");
   EXPECT_GT(j["logits"]["worst_diff"].get<double>(), 1e-3);
-  EXPECT_EQ(j["checks"].size(), 4u);
+  EXPECT_EQ(j["checks"].size(), kChecks.size());
+  EXPECT_EQ(j["window_reference"]["per_step_diff"].size(), 80u);
 }
 
-TEST_F(Harness, RejectsAPromptLongerThanTheContext) {
-  EquivalenceOptions too_long{at::ones({1, 40}, at::kLong), 5};
-  EXPECT_THROW(build_reference(model, too_long), std::invalid_argument);
+// SPEC 4 feeds the last `context` tokens of a longer prompt; the references follow it.
+TEST_F(Harness, APromptLongerThanTheContextIsCheckedFromItsLastWindow) {
+  EquivalenceOptions long_prompt{at::arange(1, 41, at::kLong).unsqueeze(0), 20};
+  const auto ref = build_reference(model, long_prompt);
+  const auto r = check_equivalence(model, long_prompt, ref, cache_registry().get("static"));
+  EXPECT_TRUE(r.passed()) << format_equivalence(r);
+  EXPECT_EQ(r.must_match, 0);
+  EXPECT_EQ(r.loop_full.diffs.size(), 1u) << "only the prefill's step is inside the window";
+}
+
+TEST_F(Harness, RejectsBadOptions) {
+  EquivalenceOptions o = opts;
+  o.tokens = 0;
+  EXPECT_THROW(build_reference(model, o), std::invalid_argument);
+  o = opts;
+  o.sampling.temperature = 0;
+  EXPECT_THROW(build_reference(model, o), std::invalid_argument);
+}
+
+TEST(CacheRegistry, ACacheRegisteredAtRunTimeJoinsTheChecks) {
+  register_cache("test-rolling-copy", "the rolling cache under another name",
+                 [](const Config& c) { return std::make_unique<RollingKVCache>(c); });
+  EXPECT_THROW(register_cache("test-rolling-copy", "again", [](const Config& c) { return std::make_unique<RollingKVCache>(c); }),
+               std::invalid_argument);
+  bool listed = false;
+  for (const auto* v : cache_registry().all(false)) listed |= v->name == "test-rolling-copy";
+  EXPECT_TRUE(listed);
+  EXPECT_EQ(cache_registry().get("test-rolling-copy").path().kernels, Kernels::Library);
 }
 
 TEST(CacheRegistry, UnknownNameListsTheKnownOnes) {

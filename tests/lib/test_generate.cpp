@@ -5,6 +5,7 @@
 
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/static_kv_cache.h"
 
 namespace tinygpt {
 namespace {
@@ -93,6 +94,104 @@ TEST_F(Generate, RejectsAChooserReturningBadIds) {
     return at::full({logits.size(0)}, 4096, at::kLong);
   };
   EXPECT_THROW(generate_uncached(model, prompt, 1, bad), std::invalid_argument);
+}
+
+// The preallocated cache is pure data movement: at every step it hands attention exactly the keys
+// and values the rolling cache does, across prefill, the window edge and its buffer wrap-around.
+TEST(StaticKVCache, HandsOutWhatTheRollingCacheDoesAtEveryStep) {
+  const int64_t ctx = 8;
+  RollingKVCache rolling(2, ctx);
+  StaticKVCache fixed(2, ctx);
+  at::Generator gen = at::detail::createCPUGenerator(3);
+  auto feed = [&](int64_t T) {
+    for (int64_t layer = 0; layer < 2; ++layer) {
+      at::Tensor k = at::randn({3, 2, T, 4}, gen), v = at::randn({3, 2, T, 4}, gen);
+      auto [rk, rv] = rolling.update(layer, k, v);
+      auto [sk, sv] = fixed.update(layer, k, v);
+      ASSERT_TRUE(rk.equal(sk) && rv.equal(sv)) << "T " << T << " length " << rolling.length();
+    }
+    ASSERT_EQ(rolling.length(), fixed.length());
+    ASSERT_EQ(rolling.bytes(), fixed.bytes());
+  };
+  feed(5);
+  for (int i = 0; i < 40; ++i) feed(1);  // 5 windows: the buffer of 2 x 8 + 1 slots wraps twice
+  fixed.reset();
+  rolling.reset();
+  EXPECT_EQ(fixed.length(), 0);
+  EXPECT_EQ(fixed.bytes(), 0);
+  feed(30);  // a prefill longer than the buffer: it grows
+  feed(1);
+  feed(3);   // several tokens on a full cache
+}
+
+TEST_F(Generate, StaticCacheMatchesRollingAndCountsBytes) {
+  at::Tensor prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0);
+  RollingKVCache rolling(cfg);
+  StaticKVCache fixed(cfg);
+  std::vector<at::Tensor> a, b;
+  at::Tensor x = generate_cached(model, prompt, 300, greedy(), rolling, {}, [&](int64_t, const at::Tensor& l) { a.push_back(l.clone()); });
+  at::Tensor y = generate_cached(model, prompt, 300, greedy(), fixed, {}, [&](int64_t, const at::Tensor& l) { b.push_back(l.clone()); });
+  EXPECT_TRUE(x.equal(y));
+  EXPECT_LT((at::stack(a) - at::stack(b)).abs().max().item<double>(), 1e-6);
+  EXPECT_EQ(fixed.length(), cfg.context);
+  EXPECT_EQ(fixed.bytes(), 2 * 6 * 256 * 256 * 4);              // the formula: 3.00 MiB
+  EXPECT_EQ(fixed.capacity_bytes(), 2 * 6 * (2 * 256 + 1) * 256 * 4);  // room for context + context + 1
+}
+
+TEST_F(Generate, DecodeKernelsAgreeWithTheLibrary) {
+  at::Tensor prompt = at::tensor({1, 2, 3, 4, 5, 6, 7, 8}, at::kLong).view({2, 4});
+  StaticKVCache cache(cfg);
+  std::vector<at::Tensor> a, b;
+  DecodePath fast;
+  fast.kernels = Kernels::Decode;
+  at::Tensor x = generate_cached(model, prompt, 40, greedy(), cache, {}, [&](int64_t, const at::Tensor& l) { a.push_back(l.clone()); });
+  at::Tensor y = generate_cached(model, prompt, 40, greedy(), cache, fast, [&](int64_t, const at::Tensor& l) { b.push_back(l.clone()); });
+  EXPECT_TRUE(x.equal(y));
+  const double d = (at::stack(a) - at::stack(b)).abs().max().item<double>();
+  EXPECT_LT(d, 1e-5);
+  EXPECT_GT(d, 0.0) << "the decode kernels sum in another order: identical logits would mean they never ran";
+}
+
+// A schedule that records what the loop asks it: the loop's bookkeeping goes through the seam.
+class RecordingSchedule final : public DecodeSchedule {
+ public:
+  mutable std::vector<int64_t> positions;
+  mutable int begins = 0;
+  void begin(KVCache& c) const override {
+    ++begins;
+    DecodeSchedule::begin(c);
+  }
+  int64_t position(int64_t fed, int64_t context) const override {
+    positions.push_back(fed);
+    return DecodeSchedule::position(fed, context);
+  }
+};
+
+TEST_F(Generate, TheLoopsBookkeepingGoesThroughTheSchedule) {
+  RecordingSchedule rec;
+  DecodePath path;
+  path.schedule = &rec;
+  RollingKVCache cache(cfg);
+  at::Tensor prompt = at::arange(1, 301, at::kLong).unsqueeze(0);  // longer than the window
+  generate_cached(model, prompt, 4, greedy(), cache, path);
+  EXPECT_EQ(rec.begins, 1);
+  EXPECT_EQ(rec.positions, (std::vector<int64_t>{256, 257, 258})) << "the prefill fed the last 256 tokens";
+  EXPECT_EQ(production_schedule().prefill_start(300, 256), 44);
+  EXPECT_EQ(production_schedule().prefill_start(3, 256), 0);
+  EXPECT_EQ(production_schedule().position(1000, 256), 1000) << "never wrapped";
+}
+
+class BadPrefill final : public DecodeSchedule {
+ public:
+  int64_t prefill_start(int64_t prompt_len, int64_t) const override { return prompt_len; }
+};
+
+TEST_F(Generate, ASchedulePointingOutsideThePromptIsRefused) {
+  BadPrefill bad;
+  DecodePath path;
+  path.schedule = &bad;
+  RollingKVCache cache(cfg);
+  EXPECT_THROW(generate_cached(model, at::tensor({1, 2}, at::kLong).unsqueeze(0), 2, greedy(), cache, path), std::logic_error);
 }
 
 }  // namespace

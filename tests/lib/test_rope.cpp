@@ -58,3 +58,34 @@ TEST(Rope, RejectsOddHeadDimAndNegativeStart) {
 
 }  // namespace
 }  // namespace tinygpt
+
+namespace tinygpt {
+namespace {
+
+// The model reads cos and sin from a table computed once; it must be the formula bit for bit, at
+// any start and across the table's growth.
+TEST(RopeTable, IsTheFormulaBitForBit) {
+  at::Tensor x = randn({2, 4, 9, 64}, 20);
+  for (int64_t start : std::vector<int64_t>{0, 1, 255, 256, 1023, 5000, kRopeTableMax - 3, kRopeTableMax + 10}) {
+    auto [cos, sin] = rope_angles(start, 9, 64, c10::Device(c10::kCPU));
+    ASSERT_EQ(cos.sizes(), (std::vector<int64_t>{9, 32}));
+    EXPECT_TRUE(rope_rotate(x, cos, sin).equal(rope(x, start))) << "start " << start;
+  }
+}
+
+// The fused CPU rotation equals the op-by-op one on strided input (q, k are views of qkv).
+TEST(RopeTable, FusedRotationTakesStridedViews) {
+  at::Tensor qkv = randn({2, 5, 3 * 256}, 21);
+  at::Tensor q = qkv.narrow(2, 0, 256).view({2, 5, 4, 64}).transpose(1, 2);  // (2, 4, 5, 64), strided
+  auto [cos, sin] = rope_angles(17, 5, 64, c10::Device(c10::kCPU));
+  EXPECT_TRUE(rope_rotate(q, cos, sin).equal(rope(q, 17)));
+  EXPECT_TRUE(rope_rotate(q.to(at::kDouble), cos, sin).equal(rope(q.to(at::kDouble), 17)));
+}
+
+TEST(RopeTable, RejectsBadArguments) {
+  EXPECT_THROW(rope_angles(-1, 2, 64, c10::Device(c10::kCPU)), std::invalid_argument);
+  EXPECT_THROW(rope_angles(0, 2, 7, c10::Device(c10::kCPU)), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tinygpt

@@ -1,5 +1,7 @@
 // The two generation loops of SPEC 3 and 4: uncached (the reference) and cached.
-// The token chooser is a callback so greedy, the sampler and test doubles plug in alike.
+// The token chooser is a callback so greedy, the sampler and test doubles plug in alike; the
+// cached loop's decisions (attention policy, loop bookkeeping, product kernel) are a DecodePath,
+// so a harness can swap any one of them without touching the loop.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -7,8 +9,10 @@
 #include <functional>
 
 #include "tinygpt/attention_policy.h"
+#include "tinygpt/decode_schedule.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/kv_cache.h"
+#include "tinygpt/kernels.h"
 
 namespace tinygpt {
 
@@ -18,8 +22,16 @@ using TokenChooser = std::function<at::Tensor(const at::Tensor& logits, const at
 // Argmax, first index on ties.
 TokenChooser greedy();
 
-// Called after each new token with its index (0-based) among the new tokens; may be empty.
+// Called with each step's logits (B, V) before its token is chosen, `step` counting new tokens
+// from 0; may be empty. The tensor is only valid during the call: clone it to keep it.
 using StepObserver = std::function<void(int64_t step, const at::Tensor& logits)>;
+
+// How the cached loop runs. Every member has the production default.
+struct DecodePath {
+  const AttentionPolicy* policy = &production_policy();
+  const DecodeSchedule* schedule = &production_schedule();
+  Kernels kernels = Kernels::Library;
+};
 
 // Runs the full model over the last `context` tokens for every new token.
 // idx (B, T0) int64 -> (B, T0 + n_tokens).
@@ -27,10 +39,9 @@ at::Tensor generate_uncached(GPT& model, const at::Tensor& idx, int64_t n_tokens
                              const TokenChooser& choose, const StepObserver& observe = {});
 
 // Prefill with the last `context` tokens, then one-token decode steps at growing positions.
-// Resets the cache first. idx (B, T0) int64 -> (B, T0 + n_tokens).
+// Starts a new sequence (resets the cache) first. idx (B, T0) int64 -> (B, T0 + n_tokens).
 at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens,
-                           const TokenChooser& choose, KVCache& cache,
-                           const AttentionPolicy& policy = production_policy(),
+                           const TokenChooser& choose, KVCache& cache, const DecodePath& path = {},
                            const StepObserver& observe = {});
 
 }  // namespace tinygpt

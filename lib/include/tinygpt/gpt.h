@@ -19,6 +19,7 @@
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/config.h"
 #include "tinygpt/kv_cache.h"
+#include "tinygpt/kernels.h"
 
 namespace tinygpt {
 
@@ -28,9 +29,11 @@ class AttentionImpl : public torch::nn::Module {
 
   // x: (B, T, d) for tokens at positions start .. start+T-1.
   // cache == nullptr: attend only among these T tokens. Otherwise the cache supplies the
-  // keys/values. Returns (B, T, d).
+  // keys/values. `kernels` picks the code of the projections and the decode attention.
+  // Returns (B, T, d), plus `residual` (B, T, d) when given.
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                     KVCache* cache, int64_t layer);
+                     KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library,
+                     const at::Tensor& residual = {});
 
   torch::nn::Linear qkv{nullptr};  // weight (3d, d), no bias
   torch::nn::Linear out{nullptr};  // weight (d, d), no bias
@@ -45,7 +48,7 @@ class BlockImpl : public torch::nn::Module {
   explicit BlockImpl(const Config& cfg);
   // x: (B, T, d) -> (B, T, d)
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                     KVCache* cache, int64_t layer);
+                     KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library);
 
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   Attention attn{nullptr};
@@ -70,9 +73,11 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor forward_with(const at::Tensor& idx, const AttentionPolicy& policy);
 
   // Cached step: feeds idx (B, T) at positions start .. start+T-1 through the cache and
-  // returns the last position's logits (B, V).
+  // returns the last position's logits (B, V). `kernels` picks the weight-product and decode-attention code; the
+  // full forwards above always use LibTorch's, so they stay the reference.
   at::Tensor step(const at::Tensor& idx, KVCache& cache, int64_t start,
-                  const AttentionPolicy& policy = production_policy());
+                  const AttentionPolicy& policy = production_policy(),
+                  Kernels kernels = Kernels::Library);
 
   // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
@@ -85,9 +90,9 @@ class GPTImpl : public torch::nn::Module {
 
  private:
   // x (B, T, d) -> logits (B, T, V) through the final norm and the tied head.
-  at::Tensor head(const at::Tensor& x);
+  at::Tensor head(const at::Tensor& x, Kernels kernels);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
-                        KVCache* cache);
+                        KVCache* cache, Kernels kernels);
   Config cfg_;
 };
 TORCH_MODULE(GPT);

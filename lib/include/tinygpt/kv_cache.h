@@ -25,8 +25,11 @@ class KVCache {
   virtual void reset() = 0;
   // Positions currently stored (layer 0), 0 after reset.
   virtual int64_t length() const = 0;
-  // Bytes of all stored K and V tensors, every layer.
+  // Bytes of all stored K and V tensors, every layer: the entries the next step attends to.
   virtual int64_t bytes() const = 0;
+  // Bytes the cache holds allocated for K and V, every layer (>= bytes()). The series' cache
+  // allocates exactly what it stores; a preallocated one holds room for more.
+  virtual int64_t capacity_bytes() const { return bytes(); }
 };
 
 // The series' cache: per layer, append the new k, v; attend to everything stored plus the

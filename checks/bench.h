@@ -1,0 +1,71 @@
+// The seed's benchmark (SPEC 7): tokens per second with and without the cache, per cache
+// implementation, plus the cache's memory against the formula and the process's peak memory.
+// Untrained weights (seed 0), greedy, float32, a random prompt; timings are wall clock around
+// whole generate calls (synchronised on CUDA). Leaves out statistics over repeats: one timed run
+// per cell after a warm-up, as the seed did; compare ratios from one run, not numbers across runs.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/gpt.h"
+
+namespace tinygpt::checks {
+
+struct MachineInfo {
+  std::string cpu, libtorch, blas, device;
+  int threads = 1;
+  bool reference_blas = false;  // LibTorch's products run on reference BLAS (~17x slower)
+  static MachineInfo current(c10::Device device);
+  nlohmann::json to_json() const;
+};
+
+struct BenchOptions {
+  std::vector<int64_t> batches{1, 16};
+  std::vector<int64_t> tokens{64, 256, 1024};
+  std::vector<std::string> caches{"rolling", "static"};
+  int64_t prompt_len = 8;
+  int64_t warmup = 16;  // tokens of each path per batch before timing
+  uint64_t prompt_seed = 0;
+  bool uncached = true;  // time the uncached loop too (its cost grows with the window)
+};
+
+struct BenchRow {
+  std::string cache;
+  int64_t batch = 0, tokens = 0;
+  double uncached_tok_s = 0, cached_tok_s = 0, speedup = 0;  // uncached 0 when not timed
+};
+
+struct CacheMemory {
+  std::string cache;
+  int64_t bytes = 0, capacity_bytes = 0, formula_bytes = 0;  // at a full window, batch 1
+};
+
+struct BenchReport {
+  MachineInfo machine;
+  std::vector<BenchRow> rows;
+  std::vector<CacheMemory> memory;
+  int64_t peak_rss_bytes = 0;
+  nlohmann::json to_json() const;
+  std::string format() const;
+};
+
+BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<void(const std::string&)>& progress = {});
+
+// Where one batch-1 decode step's time goes, each part timed alone with the model's shapes and the
+// chosen cache's kernels: weight products, attention, norms, RoPE, cache writes; the rest (LibTorch
+// dispatch, views, allocation, the sampler) is the step's time minus their sum.
+struct StepProfile {
+  std::string cache;
+  double step_us = 0;
+  std::vector<std::pair<std::string, double>> parts_us;
+  nlohmann::json to_json() const;
+  std::string format() const;
+};
+StepProfile profile_step(GPT& model, const std::string& cache, int64_t context_fill);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,75 @@
+// `tinygpt bench`: the seed's benchmark (SPEC 7) per cache, and where a decode step's time goes.
+#include <ATen/ATen.h>
+
+#include <iostream>
+#include <memory>
+#include <unistd.h>
+
+#include "bench.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "model_source.h"
+#include "report.h"
+
+namespace tinygpt::cli {
+
+Command add_bench(CLI::App& app) {
+  struct Opts {
+    RunOptions run;
+    ModelSource model;
+    checks::BenchOptions bench;
+    std::string json;
+    bool no_uncached = false, profile = false;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "The seed's benchmark (SPEC 7): tokens per second with and without the cache for every batch x tokens\n"
+      "cell and every --cache, the cache's memory at a full window against 2 x layers x tokens x d_model x 4\n"
+      "bytes, and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
+      "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads, LibTorch, the BLAS\n"
+      "actually loaded). Numbers vary between runs on shared machines: compare ratios from one run.\n"
+      "With --profile: where one batch-1 decode step's time goes, per cache.");
+  cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cache", o->bench.caches, "caches to time, comma-separated (see `tinygpt equivalence --help`)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--prompt-len", o->bench.prompt_len, "random prompt length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-uncached", o->no_uncached, "skip the uncached loop (its 1024-token rows take minutes at batch 16)");
+  cmd->add_flag("--profile", o->profile, "also break one batch-1 decode step down into its parts, per cache");
+  cmd->add_option("--json", o->json, "write {machine, rows, memory, peak_rss_bytes[, profile]} here (atomically)");
+  add_model_options(cmd, o->model);
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            o->bench.uncached = !o->no_uncached;
+            for (const auto& c : o->bench.caches) checks::cache_registry().get(c);  // unknown names fail before timing
+            GPT model = load_model(o->model, dev);
+            const bool tty = isatty(2);
+            auto progress = [tty](const std::string& s) {
+              if (tty) std::cerr << "\r\033[Kbench: " << s << std::flush;
+              else std::cerr << "bench: " << s << "\n";
+            };
+            auto rep = checks::run_bench(model, o->bench, progress);
+            nlohmann::json doc = rep.to_json();
+            std::vector<checks::StepProfile> profiles;
+            if (o->profile) {
+              nlohmann::json ps = nlohmann::json::array();
+              for (const auto& c : o->bench.caches) {
+                progress("profiling a decode step: " + c);
+                profiles.push_back(checks::profile_step(model, c, model->config().context));
+                ps.push_back(profiles.back().to_json());
+              }
+              doc["profile"] = ps;
+            }
+            if (tty) std::cerr << "\r\033[K";
+            std::cout << rep.format();
+            for (const auto& p : profiles) std::cout << p.format();
+            if (!o->json.empty()) checks::write_json_atomically(o->json, doc);
+            return int(kOk);
+          }};
+}
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,52 @@
+// Which code runs the decode step's arithmetic. The series runs PyTorch ops everywhere; at decode
+// time those hand BLAS tiny shapes it handles poorly. Measured on the 2-core dev machine
+// (LibTorch 1.13, OpenBLAS 0.3.21): a 768x256 weight product at B = 1 took ~100 us through
+// at::linear against ~15 us to read the weight, and the one-query attention matmuls (4 heads x
+// 1 x 64 against 257 keys) ~120 us each in OpenBLAS's packing routines, for ~50 kFLOP of work.
+// Kernels::Decode replaces those, and fuses the small steps around them:
+//  - the weight products: each weight row streamed once and multiplied against every input row
+//    (up to kMatvecMaxRows) while it sits in L1; four weight rows by two input rows per inner
+//    loop, AVX2/FMA where the CPU has it;
+//  - the attention of one query over the cached keys with no mask: one pass per (batch, head);
+//  - LayerNorm, and the bias, GELU and residual add folded into the products' epilogues (each
+//    LibTorch op costs microseconds of dispatch and allocation; a decode step had ~170 of them).
+// RoPE and the cache are the same code for both. Leaves out reduced precision: float32 only.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <cstdint>
+
+namespace tinygpt {
+
+enum class Kernels {
+  Library,  // LibTorch ops everywhere (BLAS for products and attention): the series' arithmetic
+  Decode,   // our kernels for CPU float32 decode shapes; LibTorch for everything else
+};
+
+// Up to this many rows (B x T) the matvec kernel beat OpenBLAS on the dev machine (B = 16: ~85
+// against ~65 GFLOP/s); longer prefills go to BLAS, whose blocking wins there.
+constexpr int64_t kMatvecMaxRows = 16;
+
+const char* to_string(Kernels k);
+
+// x (..., K) times w (N, K) transposed, plus b (N) when defined, then GELU (exact erf form) when
+// asked, then plus residual (..., N) when defined: (..., N). Decode fuses the three into the
+// product's epilogue; Library is at::linear, at::gelu and an add.
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k,
+                   const at::Tensor& residual = {}, bool gelu = false);
+
+// LayerNorm over the last dim with weight and bias (d): Decode computes small row counts itself.
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, Kernels k);
+
+// softmax(q K^T / sqrt(hd) + mask) V for q (B, H, T, hd) and K, V (B, H, S, hd); mask (T, S) or
+// undefined. Decode takes the one-query, no-mask, CPU float32 case; the rest is LibTorch's.
+// Returns (B, H, T, hd).
+at::Tensor attend(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask, Kernels k);
+
+// The kernels alone, for tests and the bench.
+// x (R, K) float32 CPU, w (N, K) float32 CPU contiguous, b (N) or undefined -> (R, N). Any R.
+at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// q (B, H, 1, hd), K and V (B, H, S, hd), float32 CPU with the last dim contiguous -> (B, H, 1, hd).
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V);
+
+}  // namespace tinygpt

@@ -1,0 +1,297 @@
+// The kernels behind Kernels::Decode (see kernels.h for why they exist).
+// matvec: y[r][n] = b[n] + sum_k x[r][k] w[n][k].
+// Rows of w are split over LibTorch's intra-op threads; inside a thread, four weight rows at a
+// time meet two input rows at a time, so each weight row is read from memory once and from L1
+// for the other input rows. Sums run in eight lanes and are added at the end: a different order
+// from BLAS, so results differ from at::linear by float rounding (~1e-6 on the model's logits),
+// which the equivalence checks measure against the full forward.
+#include "tinygpt/kernels.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define TINYGPT_HAVE_AVX2_PATH 1
+#endif
+
+namespace tinygpt {
+
+namespace {
+
+// Dot products only: y[r][n] = x[r] . w[n] for n in [n0, n1). The epilogue adds the rest.
+// Portable path: the same blocking with eight scalar lanes, for CPUs without AVX2/FMA.
+void rows_generic(const float* w, const float* x, float* y, int64_t n0, int64_t n1, int64_t K, int64_t R, int64_t N) {
+  for (int64_t n = n0; n < n1; ++n) {
+    const float* wr = w + n * K;
+    for (int64_t r = 0; r < R; ++r) {
+      const float* xr = x + r * K;
+      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      int64_t k = 0;
+      for (; k + 8 <= K; k += 8)
+        for (int j = 0; j < 8; ++j) lane[j] += wr[k + j] * xr[k + j];
+      float s = 0;
+      for (int j = 0; j < 8; ++j) s += lane[j];
+      for (; k < K; ++k) s += wr[k] * xr[k];
+      y[r * N + n] = s;
+    }
+  }
+}
+
+#ifdef TINYGPT_HAVE_AVX2_PATH
+__attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_hadd_ps(s, s);
+  s = _mm_hadd_ps(s, s);
+  return _mm_cvtss_f32(s);
+}
+
+// Four weight rows against two input rows: 8 accumulators + 6 loads fit the 16 ymm registers.
+// Needs K % 8 == 0 (checked by the caller); the last n1 % 4 rows go to the generic path.
+__attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* x, float* y, int64_t n0, int64_t n1,
+                                                   int64_t K, int64_t R, int64_t N) {
+  int64_t n = n0;
+  for (; n + 4 <= n1; n += 4) {
+    const float* w0 = w + n * K;
+    const float* w1 = w0 + K;
+    const float* w2 = w1 + K;
+    const float* w3 = w2 + K;
+    if (R == 1) {  // one input row: four accumulators, half the arithmetic of the paired loop
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t k = 0; k < K; k += 8) {
+        const __m256 va = _mm256_loadu_ps(x + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), va, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), va, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), va, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), va, a3);
+      }
+      y[n] = hsum(a0);
+      y[n + 1] = hsum(a1);
+      y[n + 2] = hsum(a2);
+      y[n + 3] = hsum(a3);
+      continue;
+    }
+    for (int64_t r = 0; r < R; r += 2) {
+      const bool two = r + 1 < R;
+      const float* xa = x + r * K;
+      const float* xb = two ? xa + K : xa;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+      for (int64_t k = 0; k < K; k += 8) {
+        const __m256 va = _mm256_loadu_ps(xa + k), vb = _mm256_loadu_ps(xb + k);
+        const __m256 r0 = _mm256_loadu_ps(w0 + k), r1 = _mm256_loadu_ps(w1 + k);
+        const __m256 r2 = _mm256_loadu_ps(w2 + k), r3 = _mm256_loadu_ps(w3 + k);
+        a0 = _mm256_fmadd_ps(r0, va, a0);
+        a1 = _mm256_fmadd_ps(r1, va, a1);
+        a2 = _mm256_fmadd_ps(r2, va, a2);
+        a3 = _mm256_fmadd_ps(r3, va, a3);
+        c0 = _mm256_fmadd_ps(r0, vb, c0);
+        c1 = _mm256_fmadd_ps(r1, vb, c1);
+        c2 = _mm256_fmadd_ps(r2, vb, c2);
+        c3 = _mm256_fmadd_ps(r3, vb, c3);
+      }
+      float* ya = y + r * N + n;
+      ya[0] = hsum(a0);
+      ya[1] = hsum(a1);
+      ya[2] = hsum(a2);
+      ya[3] = hsum(a3);
+      if (two) {
+        float* yb = ya + N;
+        yb[0] = hsum(c0);
+        yb[1] = hsum(c1);
+        yb[2] = hsum(c2);
+        yb[3] = hsum(c3);
+      }
+    }
+  }
+  if (n < n1) rows_generic(w, x, y, n, n1, K, R, N);
+}
+
+bool cpu_has_avx2_fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
+// Exact GELU, as at::gelu(approximate="none"): x * 0.5 * (1 + erf(x / sqrt(2))).
+inline float gelu(float x) { return x * 0.5f * (1.0f + std::erf(x * static_cast<float>(M_SQRT1_2))); }
+
+at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& residual, bool apply_gelu) {
+  auto f32_cpu = [](const at::Tensor& t) { return t.defined() && t.scalar_type() == at::kFloat && t.device().is_cpu(); };
+  if (!f32_cpu(x) || x.dim() != 2 || !f32_cpu(w) || w.dim() != 2 || x.size(1) != w.size(1) || !w.is_contiguous())
+    throw std::invalid_argument("matvec: needs x (R, K) and contiguous w (N, K), float32 on the CPU");
+  if (b.defined() && (!f32_cpu(b) || b.dim() != 1 || b.size(0) != w.size(0) || !b.is_contiguous()))
+    throw std::invalid_argument("matvec: bias must be a contiguous float32 (N) CPU tensor");
+  if (residual.defined() && (!f32_cpu(residual) || residual.dim() != 2 || residual.size(0) != x.size(0) ||
+                             residual.size(1) != w.size(0)))
+    throw std::invalid_argument("matvec: residual must be a float32 (R, N) CPU tensor");
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor rc = residual.defined() ? residual.contiguous() : residual;
+  const int64_t R = xc.size(0), K = xc.size(1), N = w.size(0);
+  at::Tensor y = at::empty({R, N}, xc.options());  // (R, N)
+  const float* wp = w.data_ptr<float>();
+  const float* xp = xc.data_ptr<float>();
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  const float* rp = rc.defined() ? rc.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+#ifdef TINYGPT_HAVE_AVX2_PATH
+  const bool avx2 = cpu_has_avx2_fma() && K % 8 == 0;
+#else
+  const bool avx2 = false;
+#endif
+  // Blocks of four weight rows; a thread gets at least ~32k multiply-adds, so a fork (a few
+  // microseconds, much more on shared cores) never costs more than the work it splits.
+  const int64_t grain = std::max<int64_t>(16, (32768 + 4 * K * R - 1) / (4 * K * R));
+  at::parallel_for(0, (N + 3) / 4, grain, [&](int64_t b0, int64_t b1) {
+    const int64_t n0 = b0 * 4, n1 = std::min(N, b1 * 4);
+#ifdef TINYGPT_HAVE_AVX2_PATH
+    if (avx2) rows_avx2(wp, xp, yp, n0, n1, K, R, N);
+    else
+#endif
+      rows_generic(wp, xp, yp, n0, n1, K, R, N);
+    // Epilogue while the outputs are in cache, in the library's order: (dot + bias), GELU, + residual.
+    if (!bp && !apply_gelu && !rp) return;
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t n = n0; n < n1; ++n) {
+        float v = yp[r * N + n];
+        if (bp) v += bp[n];
+        if (apply_gelu) v = gelu(v);
+        if (rp) v = rp[r * N + n] + v;
+        yp[r * N + n] = v;
+      }
+  });
+  (void)avx2;
+  return y;
+}
+
+at::Tensor layer_norm_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  const int64_t d = x.size(-1), R = x.numel() / d;
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty_like(xc);
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  const float* bp = b.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = xp + r * d;
+    float* yr = yp + r * d;
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j + 8 <= d; j += 8)
+      for (int l = 0; l < 8; ++l) lane[l] += xr[j + l];
+    float sum = 0;
+    for (int l = 0; l < 8; ++l) sum += lane[l];
+    for (int64_t j = d - d % 8; j < d; ++j) sum += xr[j];
+    const float mean = sum / static_cast<float>(d);
+    float sq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j + 8 <= d; j += 8)
+      for (int l = 0; l < 8; ++l) sq[l] += (xr[j + l] - mean) * (xr[j + l] - mean);
+    float var = 0;
+    for (int l = 0; l < 8; ++l) var += sq[l];
+    for (int64_t j = d - d % 8; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + static_cast<float>(eps));
+    for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mean) * inv * wp[j] + bp[j];
+  }
+  return y;
+}
+
+}  // namespace
+
+const char* to_string(Kernels k) { return k == Kernels::Decode ? "decode" : "library"; }
+
+at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) { return matvec(x, w, b, {}, false); }
+
+namespace {
+bool decodable(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  const int64_t K = x.size(-1), rows = K > 0 ? x.numel() / K : 0;
+  return rows >= 1 && rows <= kMatvecMaxRows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+         w.scalar_type() == at::kFloat && w.is_contiguous() && (!b.defined() || b.is_contiguous());
+}
+}  // namespace
+
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k, const at::Tensor& residual,
+                   bool apply_gelu) {
+  if (k == Kernels::Decode && decodable(x, w, b) && (!residual.defined() || residual.scalar_type() == at::kFloat)) {
+    const int64_t K = x.size(-1), rows = x.numel() / K;
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = w.size(0);
+    at::Tensor res = residual.defined() ? residual.reshape({rows, w.size(0)}) : residual;
+    return matvec(x.reshape({rows, K}), w, b, res, apply_gelu).view(shape);  // (..., N)
+  }
+  at::Tensor y = at::linear(x, w, b);
+  if (apply_gelu) y = at::gelu(y);  // exact erf form
+  return residual.defined() ? residual + y : y;
+}
+
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, Kernels k) {
+  const int64_t d = x.size(-1), rows = d > 0 ? x.numel() / d : 0;
+  if (k == Kernels::Decode && rows >= 1 && rows <= kMatvecMaxRows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+      w.scalar_type() == at::kFloat && b.defined() && b.scalar_type() == at::kFloat && w.is_contiguous() && b.is_contiguous())
+    return layer_norm_rows(x, w, b, eps);
+  return at::layer_norm(x, {d}, w, b, eps);
+}
+
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V) {
+  auto ok = [](const at::Tensor& t) {
+    return t.defined() && t.dim() == 4 && t.scalar_type() == at::kFloat && t.device().is_cpu() && t.stride(3) == 1;
+  };
+  if (!ok(q) || !ok(K) || !ok(V) || q.size(2) != 1 || K.sizes() != V.sizes() || q.size(0) != K.size(0) ||
+      q.size(1) != K.size(1) || q.size(3) != K.size(3))
+    throw std::invalid_argument("decode_attention: needs q (B, H, 1, hd) and K, V (B, H, S, hd), float32 CPU");
+  const int64_t B = q.size(0), H = q.size(1), S = K.size(2), hd = q.size(3);
+  at::Tensor y = at::empty({B, H, 1, hd}, q.options());  // (B, H, 1, hd) contiguous
+  const float* qp = q.data_ptr<float>();
+  const float* kp = K.data_ptr<float>();
+  const float* vp = V.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd)));
+  at::parallel_for(0, B * H, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> p(static_cast<size_t>(S));
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = r / H, h = r % H;
+      const float* qr = qp + b * q.stride(0) + h * q.stride(1);
+      const float* kr = kp + b * K.stride(0) + h * K.stride(1);
+      const float* vr = vp + b * V.stride(0) + h * V.stride(1);
+      // Scores as the reference computes them: (q . k) / sqrt(hd), then a max-shifted softmax.
+      float m = -INFINITY;
+      for (int64_t s = 0; s < S; ++s) {
+        const float* ks = kr + s * K.stride(2);
+        float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t j = 0;
+        for (; j + 8 <= hd; j += 8)
+          for (int l = 0; l < 8; ++l) lane[l] += qr[j + l] * ks[j + l];
+        float dot = 0;
+        for (int l = 0; l < 8; ++l) dot += lane[l];
+        for (; j < hd; ++j) dot += qr[j] * ks[j];
+        p[s] = dot / scale;
+        m = std::max(m, p[s]);
+      }
+      float z = 0;
+      for (int64_t s = 0; s < S; ++s) z += (p[s] = std::exp(p[s] - m));
+      float* yr = yp + r * hd;
+      for (int64_t j = 0; j < hd; ++j) yr[j] = 0;
+      for (int64_t s = 0; s < S; ++s) {
+        const float w = p[s] / z;
+        const float* vs = vr + s * V.stride(2);
+        for (int64_t j = 0; j < hd; ++j) yr[j] += w * vs[j];
+      }
+    }
+  });
+  return y;
+}
+
+at::Tensor attend(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask, Kernels k) {
+  if (k == Kernels::Decode && !mask.defined() && q.size(2) == 1 && q.device().is_cpu() &&
+      q.scalar_type() == at::kFloat && K.scalar_type() == at::kFloat && V.scalar_type() == at::kFloat &&
+      q.stride(3) == 1 && K.stride(3) == 1 && V.stride(3) == 1)
+    return decode_attention(q, K, V);
+  const double hd = static_cast<double>(q.size(-1));
+  at::Tensor att = at::matmul(q, K.transpose(-2, -1)) / std::sqrt(hd);  // (B, H, T, S)
+  if (mask.defined()) att = att + mask;
+  return at::matmul(at::softmax(att, -1), V);  // (B, H, T, hd)
+}
+
+}  // namespace tinygpt

@@ -1,0 +1,86 @@
+// The decode kernels (Kernels::Decode) against LibTorch's ops on the same inputs: the weight
+// products with their fused epilogues, LayerNorm, and the one-query attention. The model-level
+// proof is the equivalence harness; these pin each kernel down alone, on awkward shapes too.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tinygpt/kernels.h"
+
+namespace tinygpt {
+namespace {
+
+at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, gen, at::kFloat);
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+// Rows 1..17 and sizes that are not multiples of the kernel's blocks (N % 4, K % 8) take the tails.
+TEST(Matvec, EqualsLinearOnEveryBlockingCase) {
+  for (int64_t R : {1, 2, 3, 16, 17})
+    for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{768, 256}, {7, 13}, {1, 8}, {4099, 24}}) {
+      at::Tensor x = randn({R, K}, 1), w = randn({N, K}, 2), b = randn({N}, 3);
+      EXPECT_LT(max_diff(matvec(x, w, b), at::linear(x, w, b)), 1e-4) << R << " " << N << "x" << K;
+      EXPECT_LT(max_diff(matvec(x, w, {}), at::linear(x, w)), 1e-4) << R << " " << N << "x" << K;
+    }
+}
+
+TEST(Matvec, ProjectFusesBiasGeluAndResidualInTheLibraryOrder) {
+  at::Tensor x = randn({2, 1, 256}, 4), w = randn({1024, 256}, 5), b = randn({1024}, 6), res = randn({2, 1, 1024}, 7);
+  const at::Tensor want = res + at::gelu(at::linear(x, w, b));
+  const at::Tensor got = project(x, w, b, Kernels::Decode, res, /*gelu=*/true);
+  EXPECT_EQ(got.sizes(), want.sizes());
+  EXPECT_LT(max_diff(got, want), 1e-4);
+  EXPECT_TRUE(project(x, w, b, Kernels::Library, res, true).equal(want)) << "Library is LibTorch's ops exactly";
+}
+
+TEST(Matvec, ManyRowsGoToTheLibrary) {
+  at::Tensor x = randn({kMatvecMaxRows + 1, 64}, 8), w = randn({32, 64}, 9);
+  EXPECT_TRUE(project(x, w, {}, Kernels::Decode).equal(at::linear(x, w)));
+}
+
+TEST(Matvec, RejectsBadShapes) {
+  EXPECT_THROW(matvec(randn({2, 8}, 1), randn({4, 9}, 1), {}), std::invalid_argument);
+  EXPECT_THROW(matvec(randn({2, 8}, 1), randn({4, 8}, 1), randn({5}, 1)), std::invalid_argument);
+  EXPECT_THROW(matvec(randn({2, 8}, 1).to(at::kDouble), randn({4, 8}, 1), {}), std::invalid_argument);
+}
+
+TEST(DecodeLayerNorm, EqualsLibTorch) {
+  at::Tensor x = randn({3, 1, 256}, 10) * 4 + 1, w = randn({256}, 11), b = randn({256}, 12);
+  EXPECT_LT(max_diff(layer_norm(x, w, b, 1e-5, Kernels::Decode), at::layer_norm(x, {256}, w, b, 1e-5)), 1e-5);
+  EXPECT_TRUE(layer_norm(x, w, b, 1e-5, Kernels::Library).equal(at::layer_norm(x, {256}, w, b, 1e-5)));
+}
+
+// The attention of one query over cached keys, from strided views as a preallocated cache hands
+// them out (a slice of a longer buffer).
+TEST(DecodeAttention, EqualsMatmulSoftmaxOnBufferViews) {
+  at::Tensor q = randn({2, 4, 1, 64}, 13);
+  at::Tensor kbuf = randn({2, 4, 600, 64}, 14), vbuf = randn({2, 4, 600, 64}, 15);
+  for (int64_t S : {1, 7, 257}) {
+    at::Tensor K = kbuf.narrow(2, 100, S), V = vbuf.narrow(2, 100, S);
+    const at::Tensor want = at::matmul(at::softmax(at::matmul(q, K.transpose(-2, -1)) / 8.0, -1), V);
+    EXPECT_LT(max_diff(decode_attention(q, K, V), want), 1e-5) << S;
+    EXPECT_LT(max_diff(attend(q, K, V, {}, Kernels::Decode), want), 1e-5) << S;
+    EXPECT_TRUE(attend(q, K, V, {}, Kernels::Library).equal(want)) << S;
+  }
+}
+
+// A mask (a fault policy's, say) always takes LibTorch's path, so it is honoured.
+TEST(DecodeAttention, AMaskTakesTheLibraryPath) {
+  at::Tensor q = randn({1, 4, 1, 64}, 16), K = randn({1, 4, 9, 64}, 17), V = randn({1, 4, 9, 64}, 18);
+  at::Tensor mask = at::zeros({1, 9});
+  mask.narrow(1, 1, 8).fill_(-INFINITY);
+  at::Tensor got = attend(q, K, V, mask, Kernels::Decode);
+  EXPECT_LT(max_diff(got, V.narrow(2, 0, 1)), 1e-6) << "only key 0 is visible";
+}
+
+TEST(DecodeAttention, RejectsTwoQueries) {
+  EXPECT_THROW(decode_attention(randn({1, 4, 2, 64}, 1), randn({1, 4, 5, 64}, 2), randn({1, 4, 5, 64}, 3)),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace tinygpt
