@@ -16,15 +16,19 @@ const std::vector<GridSetting>& grid_settings() {
       {"top-p 0.9", {1.0, 0, 0.9, 1.0}},
       {"greedy + penalty 1.3", {0.0, 0, 1.0, 1.3}},
       {"top-p 0.9, temp 0.8, penalty 1.3", {0.8, 0, 0.9, 1.3}},
+      // Every stage at once, which the seed's grid never does (top-k and top-p together).
+      {"temperature 0.8, top-k 40, top-p 0.9, penalty 1.3", {0.8, 40, 0.9, 1.3}},
   };
   return g;
 }
 
 std::vector<GridRow> sample_grid(GPT& model, const Tokenizer& tok, const std::vector<int64_t>& prompt_ids,
-                                 uint64_t seed, int64_t tokens, bool keep_logits) {
+                                 uint64_t seed, int64_t tokens, bool keep_logits, const CacheVariant* variant) {
   const c10::Device dev = model->emb->weight.device();
   at::Tensor prompt = at::tensor(prompt_ids, at::kLong).unsqueeze(0).to(dev);  // (1, T0)
-  RollingKVCache cache(model->config());
+  if (!variant) variant = &cache_registry().get("rolling");
+  auto cache = variant->make_cache(model->config());
+  const DecodePath path = variant->path();
   std::vector<GridRow> rows;
   for (const auto& g : grid_settings()) {
     GridRow r{g.name, g.settings, {}, "", {}, ""};
@@ -32,7 +36,7 @@ std::vector<GridRow> sample_grid(GPT& model, const Tokenizer& tok, const std::ve
     StepObserver keep;
     if (keep_logits) keep = [&](int64_t, const at::Tensor& l) { r.logits.push_back(l[0].to(at::kCPU).clone()); };
     try {
-      at::Tensor out = generate_cached(model, prompt, tokens, sampler(g.settings), cache, production_policy(), keep)[0].to(at::kCPU);
+      at::Tensor out = generate_cached(model, prompt, tokens, sampler(g.settings), *cache, path, keep)[0].to(at::kCPU);
       r.ids.assign(out.data_ptr<int64_t>(), out.data_ptr<int64_t>() + out.numel());
     } catch (const std::exception& e) {
       std::string msg = e.what();

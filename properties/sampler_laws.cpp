@@ -1,6 +1,7 @@
 #include "sampler_laws.h"
 
 #include "selfcheck.h"
+#include "spec6_model.h"
 
 #include <ATen/ATen.h>
 #include <rapidcheck.h>
@@ -94,6 +95,93 @@ at::Tensor gen_history(int64_t B, int64_t V, c10::Device dev) {
 
 bool in_max_set(const std::vector<double>& s, int64_t id) {
   return s[id] == *std::max_element(s.begin(), s.end());
+}
+
+std::vector<float> row_f(const at::Tensor& t, int64_t b) {
+  at::Tensor r = t[b].to(at::kCPU).to(at::kFloat).contiguous();
+  return std::vector<float>(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+}
+
+std::vector<int64_t> row_i(const at::Tensor& t, int64_t b) {
+  at::Tensor r = t[b].to(at::kCPU).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+}
+
+// The nucleus slack: a float32 cumulative sum over up to 4096 probabilities against a double one.
+constexpr double kNucleusSlack = 1e-4;
+
+// A case where every stage binds at once: top-k below V with top-p below 1 whose boundary lands
+// inside the top-k set, a penalty other than 1 on a history of several distinct top ids with
+// repeats, a temperature on either side of 1, and often a tie at the k-th score.
+struct BindingCase {
+  at::Tensor logits, history;  // (B, V) and (B, T) on the device
+  SamplingSettings settings;
+};
+
+BindingCase gen_binding_case(c10::Device dev) {
+  const int64_t B = *rc::gen::inRange<int64_t>(1, 5);
+  const int64_t V = *rc::gen::oneOf(rc::gen::inRange<int64_t>(8, 65), rc::gen::inRange<int64_t>(8, 4097));
+  const bool integer = *rc::gen::element(false, false, true);
+  const bool tie_at_k = *rc::gen::arbitrary<bool>();
+  const auto seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  at::Tensor x = integer ? at::randint(-3, 6, {B, V}, g, at::kLong).to(at::kFloat) : at::randn({B, V}, g, at::kFloat) * 2;
+  SamplingSettings s;
+  s.top_k = *rc::gen::inRange<int64_t>(1, std::min<int64_t>(V - 1, 48) + 1);
+  s.temperature = *rc::gen::oneOf(rc::gen::inRange(20, 100), rc::gen::inRange(101, 300)) / 100.0;
+  s.penalty = *rc::gen::oneOf(rc::gen::inRange(105, 300), rc::gen::inRange(40, 96)) / 100.0;
+  // History: ids among each row's top k + 4 (where the penalty can change the outcome), repeated.
+  const int64_t T = *rc::gen::inRange<int64_t>(2, 17);
+  at::Tensor top = std::get<1>(x.topk(std::min(V, s.top_k + 4), -1));  // (B, k + 4)
+  at::Tensor pick = at::randint(0, top.size(1), {B, T}, g, at::kLong);
+  at::Tensor history = top.gather(1, pick);  // (B, T), repeats likely
+  if (tie_at_k) {  // a token outside the top k made equal to the k-th (neither in the history)
+    for (int64_t b = 0; b < B; ++b) {
+      auto sorted = std::get<1>(x[b].sort(/*stable=*/true, 0, true));
+      const int64_t kth = sorted[s.top_k - 1].item<int64_t>();
+      for (int64_t r = s.top_k; r < V; ++r) {
+        const int64_t id = sorted[r].item<int64_t>();
+        if (!(history[b] == id).any().item<bool>() && !(history[b] == kth).any().item<bool>()) {
+          x[b][id] = x[b][kth];
+          break;
+        }
+      }
+    }
+  }
+  // top_p: the boundary at a random rank inside row 0's top-k survivors (the model says where).
+  const std::vector<float> s0 = spec6::scale(spec6::penalize(row_f(x, 0), row_i(history, 0), s.penalty), s.temperature);
+  const std::vector<bool> alive = spec6::top_k(s0, s.top_k);
+  std::vector<double> p = spec6::distribution(s0, alive);
+  std::sort(p.begin(), p.end(), std::greater<double>());
+  const int64_t survivors = std::count(alive.begin(), alive.end(), true);
+  if (survivors >= 2) {
+    const int64_t j = *rc::gen::inRange<int64_t>(1, survivors);  // the first dropped rank
+    double lo = 0;
+    for (int64_t r = 0; r < j - 1; ++r) lo += p[r];
+    const double hi = lo + p[j - 1], u = *rc::gen::inRange(5, 96) / 100.0;
+    s.top_p = lo + u * (hi - lo);  // mass above rank j - 1 is lo < top_p, above rank j is hi >= top_p
+  } else {
+    s.top_p = *rc::gen::inRange(1, 100) / 100.0;
+  }
+  RC_PRE(s.top_p > 0.0 && s.top_p < 1.0);
+  // Which stages change row 0's result: the share with all four is reported (see README).
+  const auto full = spec6::filter(row_f(x, 0), row_i(history, 0), {s.temperature, s.top_k, s.top_p, s.penalty}, 0);
+  auto differs = [&](const spec6::Settings& without) {
+    const auto other = spec6::filter(row_f(x, 0), row_i(history, 0), without, 0);
+    std::vector<bool> a(full.fate.size()), b(other.fate.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = full.fate[i] != spec6::Fate::Dropped, b[i] = other.fate[i] != spec6::Fate::Dropped;
+    if (a != b) return true;
+    const auto pa = spec6::distribution(full.scores, a), pb = spec6::distribution(other.scores, b);
+    for (size_t i = 0; i < pa.size(); ++i)
+      if (std::abs(pa[i] - pb[i]) > 1e-9) return true;
+    return false;
+  };
+  const bool pen = differs({s.temperature, s.top_k, s.top_p, 1.0}), tem = differs({1.0, s.top_k, s.top_p, s.penalty});
+  const bool tk = differs({s.temperature, 0, s.top_p, s.penalty}), tp = differs({s.temperature, s.top_k, 1.0, s.penalty});
+  RC_CLASSIFY(pen && tem && tk && tp, "all four stages change the result");
+  RC_CLASSIFY(tie_at_k, "tie at the k-th planted");
+  RC_CLASSIFY(integer, "integer logits");
+  return {x.to(dev), history.to(dev), s};
 }
 
 }  // namespace
@@ -287,6 +375,53 @@ std::vector<Law> generated_laws() {
                     }
                   }});
 
+  // Against the plain model of SPEC 6 (spec6_model.h), with every stage binding at once.
+  laws.push_back({"survivorsMatchTheSpec6Model",
+                  "filtered(x)_i > -inf <=> model keeps i (either way within 1e-4 of the nucleus boundary)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const BindingCase c = gen_binding_case(dev);
+                    at::Tensor f = sut.filtered(c.logits, c.history, c.settings);
+                    const spec6::Settings ms{c.settings.temperature, c.settings.top_k, c.settings.top_p, c.settings.penalty};
+                    for (int64_t b = 0; b < c.logits.size(0); ++b) {
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack);
+                      const auto got = row_f(f, b);
+                      for (size_t i = 0; i < got.size(); ++i) {
+                        if (m.fate[i] == spec6::Fate::Either) continue;
+                        RC_ASSERT((got[i] > -INFINITY) == (m.fate[i] == spec6::Fate::Kept));
+                      }
+                    }
+                  }});
+
+  laws.push_back({"probabilitiesMatchTheSpec6Model",
+                  "|softmax(filtered(x)) - model distribution over the same survivors| <= 1e-6",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const BindingCase c = gen_binding_case(dev);
+                    at::Tensor f = sut.filtered(c.logits, c.history, c.settings);
+                    at::Tensor p = f.softmax(-1);
+                    const spec6::Settings ms{c.settings.temperature, c.settings.top_k, c.settings.top_p, c.settings.penalty};
+                    for (int64_t b = 0; b < c.logits.size(0); ++b) {
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack);
+                      const auto got = row_f(f, b);
+                      std::vector<bool> support(got.size());
+                      for (size_t i = 0; i < got.size(); ++i) {
+                        support[i] = got[i] > -INFINITY;
+                        RC_ASSERT(m.fate[i] == spec6::Fate::Either || support[i] == (m.fate[i] == spec6::Fate::Kept));
+                      }
+                      const auto want = spec6::distribution(m.scores, support);
+                      const auto pb = row(p, b);
+                      for (size_t i = 0; i < want.size(); ++i) RC_ASSERT(std::abs(pb[i] - want[i]) <= 1e-6);
+                    }
+                  }});
+
+  laws.push_back({"greedyMatchesTheSpec6Model", "pick(T=0, penalty, history) == model argmax (first index on ties)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    BindingCase c = gen_binding_case(dev);
+                    c.settings.temperature = 0.0;
+                    at::Tensor ids = sut.pick(c.logits, c.history, c.settings).to(at::kCPU);
+                    for (int64_t b = 0; b < c.logits.size(0); ++b)
+                      RC_ASSERT(ids[b].item<int64_t>() == spec6::greedy(row_f(c.logits, b), row_i(c.history, b), c.settings.penalty));
+                  }});
+
   laws.push_back({"theSameSeedGivesTheSameDraws", "seed(s); pick == seed(s); pick",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     at::Tensor x = gen_logits(dev);
@@ -326,16 +461,25 @@ std::vector<FixedCheck> fixed_checks() {
                         return items.at(k).passed ? "" : items.at(k).name + ": " + items.at(k).detail;
                       }});
 
-  checks.push_back({"drawsMatchTheFilteredDistribution",
-                    "chi-square(20000 draws vs filtered p) below the 1e-3 false-alarm critical value",
+  checks.push_back({"drawsMatchTheSpec6Distribution",
+                    "chi-square(20000 draws vs the SPEC 6 model's p, every stage active) below the 1e-3 false-alarm critical value",
                     [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       const int64_t N = 20000;
-                      at::Tensor x = on(dev, {2.0f, 1.6f, 1.3f, 1.0f, 0.8f, 0.5f, 0.3f, 0.1f, -0.2f, -0.5f, -1.0f, -2.0f});
-                      const SamplingSettings s{0.9, 8, 0.95, 1.0};
-                      // Expected probabilities from the production filter: the draw stage is on trial.
-                      auto p = row(filtered_probs(x, {}, s), 0);
+                      const std::vector<float> logits = {2.0f, 1.6f, 1.3f, 1.0f, 0.8f, 0.5f, 0.3f, 0.1f, -0.2f, -0.5f, -1.0f, -2.0f};
+                      const std::vector<int64_t> hist = {0, 3, 3, 9};
+                      at::Tensor x = on(dev, logits);
+                      at::Tensor h = at::tensor(hist, at::kLong).unsqueeze(0).to(dev);
+                      const SamplingSettings s{0.9, 8, 0.9, 1.3};
+                      // Expected probabilities from the plain model, not the code under trial.
+                      const auto m = spec6::filter(logits, hist, {s.temperature, s.top_k, s.top_p, s.penalty}, kNucleusSlack);
+                      std::vector<bool> support(m.fate.size());
+                      for (size_t i = 0; i < support.size(); ++i) {
+                        if (m.fate[i] == spec6::Fate::Either) return "the fixed case sits on the nucleus boundary: choose another";
+                        support[i] = m.fate[i] == spec6::Fate::Kept;
+                      }
+                      const auto p = spec6::distribution(m.scores, support);
                       at::manual_seed(12345);
-                      at::Tensor ids = sut.pick(x.repeat({N, 1}), {}, s).to(at::kCPU);
+                      at::Tensor ids = sut.pick(x.repeat({N, 1}), h.repeat({N, 1}), s).to(at::kCPU);
                       std::vector<double> count(p.size(), 0);
                       for (int64_t i = 0; i < N; ++i) count[ids[i].item<int64_t>()] += 1;
                       double chi2 = 0;

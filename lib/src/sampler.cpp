@@ -78,7 +78,9 @@ at::Tensor apply_top_k(const at::Tensor& scores, int64_t k) {
 
 at::Tensor apply_top_p(const at::Tensor& scores, double top_p) {
   if (top_p >= 1.0) return scores;
-  auto [sorted, order] = scores.sort(-1, /*descending=*/true);  // (B, V) each
+  // A stable sort: tokens of equal score keep index order, so which of them falls at the nucleus
+  // boundary is defined (the seed's unstable sort leaves it to the implementation).
+  auto [sorted, order] = scores.sort(/*stable=*/true, -1, /*descending=*/true);  // (B, V) each
   at::Tensor p = sorted.softmax(-1);
   // Mass ranked above each token; the top token's is 0, so it always survives.
   at::Tensor above = p.cumsum(-1) - p;

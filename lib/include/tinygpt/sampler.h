@@ -37,8 +37,8 @@ at::Tensor apply_penalty(const at::Tensor& scores, const at::Tensor& history, do
 at::Tensor apply_temperature(const at::Tensor& scores, double temperature);
 // 3. Every score strictly below the k-th largest becomes -inf; ties with the k-th survive.
 at::Tensor apply_top_k(const at::Tensor& scores, int64_t k);
-// 4. Sorted descending, a token is dropped (-inf) when the probability mass ranked above it
-//    already reaches top_p. The top token always survives.
+// 4. Sorted descending (equal scores by index, lower first), a token is dropped (-inf) when the
+//    probability mass ranked above it already reaches top_p. The top token always survives.
 at::Tensor apply_top_p(const at::Tensor& scores, double top_p);
 // 5. One id per row from softmax(scores) with multinomial on LibTorch's default generator, so
 //    torch::manual_seed(s) reproduces Python's torch.manual_seed(s) draws. (B, V) -> (B).
