@@ -16,6 +16,24 @@ at::Tensor checked_ids(const at::Tensor& ids, int64_t batch, int64_t vocab) {
   return out;
 }
 
+// The chooser's ids as the next step's input (B, 1). On the CPU they are checked at once. On a GPU
+// a check would wait for the device every step, so ids out of range are clamped for feeding and
+// remembered in `bad` (on the device); the loop throws once at the end when any was.
+at::Tensor next_ids(const at::Tensor& ids, int64_t batch, int64_t vocab, at::Tensor& bad) {
+  if (!ids.defined() || ids.dim() != 1 || ids.size(0) != batch)
+    throw std::runtime_error("token chooser must return a (B) tensor with B=" + std::to_string(batch));
+  if (!ids.is_cuda()) return checked_ids(ids, batch, vocab);
+  at::Tensor out = ids.to(at::kLong).unsqueeze(1);  // (B, 1)
+  at::Tensor wrong = (out < 0).logical_or(out >= vocab).any();
+  bad = bad.defined() ? bad.logical_or(wrong) : wrong;
+  return out.clamp(0, vocab - 1);
+}
+
+void throw_if_bad(const at::Tensor& bad, int64_t vocab) {
+  if (bad.defined() && bad.item<bool>())
+    throw std::invalid_argument("token chooser: returned an id outside [0, " + std::to_string(vocab) + ")");
+}
+
 void check_request(GPT& model, const at::Tensor& idx, int64_t n_tokens) {
   check_token_ids(idx, model->config().vocab_size, "generate");
   if (n_tokens < 0) throw std::invalid_argument("generate: n_tokens must be >= 0");
@@ -64,15 +82,17 @@ at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, 
                            "-token window in a " + std::to_string(T0) + "-token prompt");
   at::Tensor seq = sequence_buffer(idx, n_tokens);  // (B, T0 + n)
   schedule.begin(cache);
-  at::Tensor logits = model->step(idx.narrow(1, s0, w), cache, /*start=*/0, policy, path.kernels);  // (B, V)
+  at::Tensor logits = model->step_unchecked(idx.narrow(1, s0, w), cache, /*start=*/0, policy, path.kernels);  // (B, V)
   int64_t fed = w;  // tokens fed so far: the decode position, never wrapped (SPEC 4)
+  at::Tensor bad;   // on a GPU: whether the chooser ever returned an id out of range
   for (int64_t i = 0; i < n_tokens; ++i) {
     if (observe) observe(i, logits);
     const int64_t L = T0 + i;
-    at::Tensor next = checked_ids(choose(logits, schedule.history(seq.narrow(1, 0, L), T0)), seq.size(0), V);  // (B, 1)
+    at::Tensor next = next_ids(choose(logits, schedule.history(seq.narrow(1, 0, L), T0)), seq.size(0), V, bad);  // (B, 1)
     seq.narrow(1, L, 1).copy_(next);
-    if (i + 1 < n_tokens) logits = model->step(next, cache, schedule.position(fed++, ctx), policy, path.kernels);
+    if (i + 1 < n_tokens) logits = model->step_unchecked(next, cache, schedule.position(fed++, ctx), policy, path.kernels);
   }
+  throw_if_bad(bad, V);
   return seq;
 }
 

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+
+#include "tinygpt/graph_kv_cache.h"
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/activation.h>
 
@@ -132,7 +134,15 @@ at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& p
 at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start,
                          const AttentionPolicy& policy, Kernels kernels) {
   check_token_ids(idx, cfg_.vocab_size, "step");
+  return step_unchecked(idx, cache, start, policy, kernels);
+}
+
+at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
+                                   Kernels kernels) {
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
+  // A CUDA decode step with the production policy replays the graph its cache captured.
+  if (kernels == Kernels::CudaGraph && idx.size(1) == 1 && idx.is_cuda() && &policy == &production_policy())
+    if (auto* g = dynamic_cast<GraphKVCache*>(&cache); g && g->length() > 0) return g->decode(*this, idx, start);
   at::Tensor x = emb->forward(idx);                      // (B, T, d)
   x = run_blocks(x, start, policy, &cache, kernels);    // (B, T, d)
   return head(x.select(1, x.size(1) - 1), kernels);     // (B, V)

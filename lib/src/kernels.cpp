@@ -200,7 +200,13 @@ at::Tensor layer_norm_rows(const at::Tensor& x, const at::Tensor& w, const at::T
 
 }  // namespace
 
-const char* to_string(Kernels k) { return k == Kernels::Decode ? "decode" : "library"; }
+const char* to_string(Kernels k) {
+  switch (k) {
+    case Kernels::Decode: return "decode";
+    case Kernels::CudaGraph: return "cuda-graph";
+    default: return "library";
+  }
+}
 
 at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) { return matvec(x, w, b, {}, false); }
 

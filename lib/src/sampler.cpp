@@ -88,8 +88,15 @@ at::Tensor apply_top_p(const at::Tensor& scores, double top_p) {
   return at::empty_like(scores).scatter_(-1, order, kept);
 }
 
-at::Tensor draw(const at::Tensor& scores) {
-  return at::multinomial(scores.softmax(-1), 1).select(1, 0);  // (B)
+at::Tensor draw(const at::Tensor& scores, const c10::optional<at::Generator>& gen) {
+  return at::multinomial(scores.softmax(-1), 1, /*replacement=*/false, gen).select(1, 0);  // (B)
+}
+
+at::Generator make_generator(c10::Device device, uint64_t seed) {
+  // A clone of the device's default generator: the same kind, a state of its own.
+  at::Generator g = at::globalContext().defaultGenerator(device).clone();
+  g.set_current_seed(seed);
+  return g;
 }
 
 at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
@@ -105,18 +112,19 @@ at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& history, c
   return filtered_scores(logits, history, s).softmax(-1);
 }
 
-at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history) {
+at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history,
+                const c10::optional<at::Generator>& gen) {
   s.validate();
   if (s.temperature == 0) {
     at::Tensor x = apply_penalty(checked_scores(logits, history), history, s.penalty);
     return x.argmax(-1);  // first index on ties
   }
-  return draw(filtered_scores(logits, history, s));
+  return draw(filtered_scores(logits, history, s), gen);
 }
 
-TokenChooser sampler(const SamplingSettings& s) {
+TokenChooser sampler(const SamplingSettings& s, c10::optional<at::Generator> gen) {
   s.validate();
-  return [s](const at::Tensor& logits, const at::Tensor& history) { return pick(logits, s, history); };
+  return [s, gen](const at::Tensor& logits, const at::Tensor& history) { return pick(logits, s, history, gen); };
 }
 
 }  // namespace tinygpt

@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "equivalence.h"
-#include "inject.h"
+#include "tinygpt/checks/equivalence.h"
+#include "tinygpt/checks/inject.h"
 #include "report.h"
 
 namespace tinygpt::checks {

@@ -19,8 +19,8 @@ CFG = {"vocab_size": 4096, "d_model": 256, "n_heads": 4, "n_layers": 6, "context
 
 def rope_at(x, start):
     hd = x.shape[-1]
-    freqs = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-    angles = torch.arange(start, start + x.shape[-2], dtype=torch.float32)[:, None] * freqs
+    freqs = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float32, device=x.device) / hd)
+    angles = torch.arange(start, start + x.shape[-2], dtype=torch.float32, device=x.device)[:, None] * freqs
     cos, sin = angles.cos(), angles.sin()
     a, b = x[..., 0::2], x[..., 1::2]
     out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)
@@ -47,7 +47,7 @@ class Attention(nn.Module):
         att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if T > 1:
             S = k.shape[2]
-            mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            mask = torch.ones(T, S, dtype=torch.bool, device=x.device).tril(S - T)
             att = att.masked_fill(~mask, float("-inf"))
         y = att.softmax(-1) @ v
         return self.out(y.transpose(1, 2).reshape(B, T, C))

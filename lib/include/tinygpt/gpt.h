@@ -78,6 +78,11 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor step(const at::Tensor& idx, KVCache& cache, int64_t start,
                   const AttentionPolicy& policy = production_policy(),
                   Kernels kernels = Kernels::Library);
+  // step() without validating idx: the caller guarantees ids within [0, V). Checking reads the
+  // ids back from the device, and a CUDA decode step must not wait for that; the generation loop
+  // validates the prompt once and the chooser's ids on its own.
+  at::Tensor step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
+                            Kernels kernels);
 
   // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;

@@ -19,8 +19,9 @@
 namespace tinygpt {
 
 enum class Kernels {
-  Library,  // LibTorch ops everywhere (BLAS for products and attention): the series' arithmetic
-  Decode,   // our kernels for CPU float32 decode shapes; LibTorch for everything else
+  Library,    // LibTorch ops everywhere (BLAS for products and attention): the series' arithmetic
+  Decode,     // our kernels for CPU float32 decode shapes; LibTorch for everything else
+  CudaGraph,  // LibTorch ops; on CUDA a decode step into a GraphKVCache replays a captured graph
 };
 
 // Up to this many rows (B x T) the matvec kernel beat OpenBLAS on the dev machine (B = 16: ~85

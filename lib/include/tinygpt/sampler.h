@@ -4,7 +4,9 @@
 // Leaves out min-p, typical sampling and beam search: the series has none of them.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/Optional.h>
 
 #include <cstdint>
@@ -40,9 +42,15 @@ at::Tensor apply_top_k(const at::Tensor& scores, int64_t k);
 // 4. Sorted descending (equal scores by index, lower first), a token is dropped (-inf) when the
 //    probability mass ranked above it already reaches top_p. The top token always survives.
 at::Tensor apply_top_p(const at::Tensor& scores, double top_p);
-// 5. One id per row from softmax(scores) with multinomial on LibTorch's default generator, so
-//    torch::manual_seed(s) reproduces Python's torch.manual_seed(s) draws. (B, V) -> (B).
-at::Tensor draw(const at::Tensor& scores);
+// 5. One id per row from softmax(scores) with multinomial: (B, V) -> (B). Without `gen`, on
+//    LibTorch's default generator, so torch::manual_seed(s) reproduces Python's
+//    torch.manual_seed(s) draws. With `gen` (see make_generator), on that generator alone: two
+//    threads sampling at once then cannot take each other's random numbers.
+at::Tensor draw(const at::Tensor& scores, const c10::optional<at::Generator>& gen = c10::nullopt);
+
+// A generator of its own for `device`, seeded with `seed`: its draws equal those of the default
+// generator after manual_seed(seed) (CPU: the same Mersenne twister; CUDA: the same Philox stream).
+at::Generator make_generator(c10::Device device, uint64_t seed);
 
 // Stages 1 and 3-4 with the temperature of stage 2 (which must be > 0): the scores `draw` uses.
 at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
@@ -50,9 +58,11 @@ at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, 
 at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
 
 // The whole sampler: logits (B, V), history (B, T) or undefined -> ids (B) int64.
-at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history = {});
+at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history = {},
+                const c10::optional<at::Generator>& gen = c10::nullopt);
 
-// `pick` as a generation callback; the generator's history is the whole sequence so far.
-TokenChooser sampler(const SamplingSettings& s);
+// `pick` as a generation callback; the generation loop's history is the whole sequence so far.
+// With `gen`, every draw comes from it (one stream across the steps).
+TokenChooser sampler(const SamplingSettings& s, c10::optional<at::Generator> gen = c10::nullopt);
 
 }  // namespace tinygpt

@@ -1,0 +1,84 @@
+// `tinygpt generate`: cached or uncached generation. With --tokenizer and --prompt it prints text,
+// otherwise one line of new ids per batch row.
+#include <ATen/ATen.h>
+#include <iostream>
+#include <memory>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "model_source.h"
+#include "tinygpt/generate.h"
+#include "tinygpt/sampler.h"
+#include "tinygpt/tokenizer.h"
+
+namespace tinygpt::cli {
+
+namespace {
+struct GenerateOptions {
+  RunOptions run;
+  ModelSource model;
+  std::string ids = "1,2,3", prompt, tokenizer;
+  int64_t tokens = 32;
+  int64_t batch = 1;
+  bool uncached = false;
+  std::string cache = "static";
+  SamplingSettings sampling{0.0, 0, 1.0, 1.0};  // greedy unless told otherwise
+  uint64_t seed = 1;
+};
+}  // namespace
+
+void add_sampling_options(CLI::App* cmd, SamplingSettings& s, uint64_t& seed) {
+  cmd->add_option("--temperature", s.temperature, "0 = greedy (argmax)")->capture_default_str();
+  cmd->add_option("--top-k", s.top_k, "keep the k highest scores (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", s.top_p, "nucleus mass in (0, 1] (1 = off)")->capture_default_str();
+  cmd->add_option("--penalty", s.penalty, "repetition penalty > 0 (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", seed, "sampling seed (draws equal torch.manual_seed(seed) + the seed's pick)")->capture_default_str();
+}
+
+Command add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Generate tokens, cached (default) or uncached, greedy unless sampling options are given");
+  cmd->add_option("--ids", o->ids, "prompt as comma-separated token ids")->capture_default_str();
+  cmd->add_option("--prompt", o->prompt, "prompt text (needs --tokenizer); prints text");
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(CLI::ExistingFile);
+  cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
+  cmd->add_option("--cache", o->cache, "cache implementation: static (fastest), rolling (the series'), or a fault name to see its effect")
+      ->capture_default_str();
+  add_sampling_options(cmd, o->sampling, o->seed);
+  add_model_options(cmd, o->model);
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            o->sampling.validate();
+            const auto& variant = checks::cache_registry().get(o->cache);
+            std::unique_ptr<Tokenizer> tok;
+            if (!o->tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o->tokenizer));
+            GPT model = load_model(o->model, dev);
+            const auto ids = prompt_ids(o->ids, o->prompt, tok.get(), model->config().vocab_size);
+            at::Tensor prompt = ids_tensor(ids, o->batch, dev);
+            const TokenChooser choose = sampler(o->sampling, make_generator(dev, o->seed));
+            at::Tensor out;
+            if (o->uncached) {
+              out = generate_uncached(model, prompt, o->tokens, choose);
+            } else {
+              auto cache = variant.make_cache(model->config());
+              out = generate_cached(model, prompt, o->tokens, choose, *cache, variant.path());
+            }
+            for (int64_t b = 0; b < out.size(0); ++b) {
+              if (tok && !o->prompt.empty()) {
+                at::Tensor r = out[b].to(at::kCPU).contiguous();
+                std::cout << tok->decode(std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()))
+                          << "\n";
+              } else {
+                std::cout << join_ids(out[b].narrow(0, prompt.size(1), o->tokens)) << "\n";
+              }
+            }
+            return int(kOk);
+          }};
+}
+
+}  // namespace tinygpt::cli

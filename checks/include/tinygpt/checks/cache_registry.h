@@ -1,0 +1,65 @@
+// Cache implementations by name. Every decode path the harness verifies, production or fault, is
+// a variant here: a KV cache factory plus the attention policy, loop schedule and product kernel
+// its decode steps use. Variants are registered at run time, so a user's cache joins every check
+// (`tinygpt verify` included) without editing this repository.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tinygpt/attention_policy.h"
+#include "tinygpt/config.h"
+#include "tinygpt/decode_schedule.h"
+#include "tinygpt/generate.h"
+#include "tinygpt/kv_cache.h"
+#include "tinygpt/kernels.h"
+
+namespace tinygpt::checks {
+
+using CacheFactory = std::function<std::unique_ptr<KVCache>(const Config&)>;
+
+struct CacheVariant {
+  std::string name;
+  std::string description;  // for a fault: the real bug it models
+  CacheFactory make_cache;
+  std::shared_ptr<const AttentionPolicy> policy;    // null: production
+  std::shared_ptr<const DecodeSchedule> schedule;   // null: production
+  Kernels kernels = Kernels::Library;
+  bool is_fault = false;
+  // For a fault: the checks that must catch it on any model (logit-level evidence); the fault
+  // matrix fails when one of them misses it.
+  std::vector<std::string> expected;
+
+  // The decode path generate_cached runs for this variant (valid while the variant lives).
+  DecodePath path() const;
+};
+
+class CacheRegistry {
+ public:
+  // Throws std::invalid_argument on an empty or duplicate name, or a missing factory.
+  void add(CacheVariant v);
+  // Throws std::invalid_argument listing the known names when `name` is unknown.
+  const CacheVariant& get(const std::string& name) const;
+  // Production variants (faults = false) or faults, in registration order.
+  std::vector<const CacheVariant*> all(bool faults) const;
+  std::string names() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<const CacheVariant>> variants_;  // stable addresses
+};
+
+// The process-wide registry: "rolling" (the series' cache and arithmetic), "static" (the
+// preallocated cache with the decode kernels), "cuda-graph" (a ring replayed as a CUDA graph) where
+// LibTorch sees a GPU, and every fault of faults.h. Thread-safe.
+CacheRegistry& cache_registry();
+
+// Registers a production cache of the user's: it then runs through every check like ours, with
+// the production attention policy and loop. Throws std::invalid_argument on a duplicate name.
+void register_cache(const std::string& name, const std::string& description, CacheFactory factory,
+                    Kernels kernels = Kernels::Library);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,77 @@
+// Golden outputs with provenance: the fixture's sample grid, 600-token greedy runs (cached and
+// uncached), the sampler self-check draws, and per-step logit digests (top-5 ids and logits).
+// Tolerance policy: tokens exact on the same LibTorch version, device, dtype, threads and CPU;
+// elsewhere a divergence is accepted only at a near-tie (each side's token in the other's top 2).
+// Logit digests must agree within 1e-3 everywhere before any divergence.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/equivalence.h"
+#include "tinygpt/gpt.h"
+#include "tinygpt/tokenizer.h"
+
+namespace tinygpt::checks {
+
+constexpr double kDigestTolerance = 1e-3;
+constexpr const char* kDigestToleranceReason =
+    "fp32 logits differ by ~1e-5 across thread counts and BLAS builds; a model or cache change moves them by >= 1e-2";
+constexpr int kNearTieTopN = 2;
+
+// The source tree's commit (short hash), or "unknown" outside a git checkout.
+std::string git_commit();
+
+struct Provenance {
+  std::string commit, libtorch, device, dtype = "float32";
+  std::string cpu;  // the CPU model: BLAS kernels (and their rounding) differ between CPUs
+  int threads = 1;
+  uint64_t seed = 1;
+  nlohmann::json to_json() const;
+  static Provenance from_json(const nlohmann::json& j);
+  static Provenance current(c10::Device device, uint64_t seed);
+  bool same_environment(const Provenance& o) const;
+};
+
+// A model, its tokenizer, and the folder its golden files live in.
+struct Fixture {
+  GPT model{nullptr};
+  Tokenizer tokenizer{{}};
+  std::string dir;
+};
+// The shipped fixture: <dir>/fixture.safetensors and <dir>/tokenizer.json onto `device`.
+Fixture load_fixture(const std::string& dir, c10::Device device);
+// Any model: a checkpoint (.pt or .safetensors) and its tokenizer, goldens in `golden_dir`.
+Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer, const std::string& golden_dir,
+                     c10::Device device);
+
+// A digest of the weights (64-bit FNV-1a over every tensor's float32 bytes, hex): golden files
+// record it, so goldens are never compared against another model.
+std::string model_digest(GPT& model);
+
+struct GoldenCaseResult {
+  std::string name;  // e.g. "sample-grid/top-p 0.9"
+  bool passed = true;
+  std::string detail;  // first mismatch (position, expected, actual, text around) or the figure
+  double worst_logit_diff = 0;
+};
+
+// Every golden file's JSON, freshly computed (file name -> document). With `variant`, only the
+// cached cases, through that cache (the files are recorded through the series' rolling cache).
+// `uncached`, when given, is an equivalence reference of the same greedy run (ids [1, 2, 3], 600
+// tokens, this model) whose uncached ids and logits are reused instead of recomputed.
+std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device device,
+                                                                   const CacheVariant* variant = nullptr,
+                                                                   const Reference* uncached = nullptr);
+// Compares the files in fx.dir with a fresh computation (through `variant` when given: its case
+// names then end in " [name]").
+std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device device, const CacheVariant* variant = nullptr,
+                                             const Reference* uncached = nullptr);
+// Rewrites the golden files atomically; returns one line per file saying what changed.
+std::vector<std::string> update_goldens(Fixture& fx, c10::Device device);
+
+}  // namespace tinygpt::checks

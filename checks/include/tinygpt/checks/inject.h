@@ -1,0 +1,56 @@
+// Fault injection: every fault variant runs through every check; the matrix says which check
+// caught which fault. The run fails when a fault is missed by every check, when a check a fault
+// names as expected misses it, or when a production variant (the negative controls) fails.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/checks/equivalence.h"
+
+namespace tinygpt::checks {
+
+struct FaultOutcome {
+  std::string fault, description;
+  std::vector<std::string> expected;  // checks that must catch it
+  std::vector<SubCheck> checks;       // the equivalence sub-checks, passed == not caught
+  // Identical new tokens before the fault's greedy output leaves the correct cached output
+  // (the seed's measure, over drift_window tokens); nullopt when it never drifts.
+  std::optional<int64_t> drift_after;
+  int64_t drift_window = 100;
+  std::optional<int64_t> first_logit_position_over;  // production loop or teacher-forced, any reference
+  double worst_logit_diff = 0;
+  std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
+  bool caught() const;
+  bool caught_by(const std::string& check) const;
+  std::vector<std::string> missed_expected() const;
+};
+
+struct InjectionReport {
+  std::vector<FaultOutcome> faults;
+  std::vector<EquivalenceResult> controls;  // the production variants through the same checks (must pass)
+  int caught() const;
+  bool controls_passed() const;
+  bool faults_passed() const;  // every fault caught, each by every check it expects
+  bool passed() const;         // and the controls pass
+};
+
+struct InjectionOptions {
+  int64_t drift_tokens = 100;  // the seed's drift measure
+  // New tokens of each fault's run (0: as the controls). Faults past the window show from
+  // position `context`, so context + 64 catches them at half the cost of the seed's 600.
+  int64_t fault_tokens = 0;
+  std::vector<const CacheVariant*> controls;  // empty: every production variant of the registry
+  const Reference* reference = nullptr;       // reuse a reference built for `opts` (else built here)
+};
+
+InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
+                              const std::vector<const CacheVariant*>& faults, const InjectionOptions& io = {},
+                              const std::function<void(const std::string&)>& progress = {});
+
+std::string format_injection(const InjectionReport& r);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,260 @@
+#include "bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <sys/resource.h>
+#include <torch/cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/device.h"
+#include "tinygpt/generate.h"
+#include "tinygpt/kernels.h"
+#include "tinygpt/rope.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  return "unknown";
+}
+
+// The BLAS library this process actually mapped (Debian switches libblas.so.3 by alternatives).
+std::string loaded_blas() {
+  std::ifstream in("/proc/self/maps");
+  for (std::string line; std::getline(in, line);) {
+    const auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    for (const char* name : {"libopenblas", "libblis", "libmkl", "libblas.so", "libflexiblas", "libatlas"})
+      if (path.find(name) != std::string::npos) return path;
+  }
+  return "none mapped";
+}
+
+void sync(c10::Device d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index() < 0 ? -1 : d.index());
+}
+
+template <typename F>
+double seconds(c10::Device d, F f) {
+  sync(d);
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  sync(d);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string human_bytes(int64_t b) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.2f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return s;
+}
+
+}  // namespace
+
+MachineInfo MachineInfo::current(c10::Device device) {
+  MachineInfo m;
+  m.cpu = cpu_model();
+  m.libtorch = libtorch_version();
+  m.blas = loaded_blas();
+  m.reference_blas = m.blas.find("/blas/libblas") != std::string::npos;  // Debian's reference BLAS
+  m.threads = at::get_num_threads();
+  m.device = device.str();
+  return m;
+}
+
+nlohmann::json MachineInfo::to_json() const {
+  return {{"cpu", cpu}, {"threads", threads}, {"libtorch", libtorch}, {"blas", blas},
+          {"reference_blas", reference_blas}, {"device", device}};
+}
+
+BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) { if (progress) progress(s); };
+  const Config& cfg = model->config();
+  const c10::Device dev = model->emb->weight.device();
+  if (opts.prompt_len < 1 || opts.prompt_len > cfg.context)
+    throw std::invalid_argument("bench: the prompt length must be in [1, " + std::to_string(cfg.context) + "]");
+  for (int64_t b : opts.batches)
+    if (b < 1) throw std::invalid_argument("bench: --batch values must be >= 1");
+  for (int64_t t : opts.tokens)
+    if (t < 1) throw std::invalid_argument("bench: --tokens values must be >= 1");
+  std::vector<const CacheVariant*> variants;
+  for (const auto& name : opts.caches) variants.push_back(&cache_registry().get(name));
+  at::NoGradGuard no_grad;
+  BenchReport rep;
+  rep.machine = MachineInfo::current(dev);
+  for (int64_t batch : opts.batches) {
+    at::Generator gen = at::detail::createCPUGenerator(opts.prompt_seed);
+    const at::Tensor prompt = at::randint(0, cfg.vocab_size, {batch, opts.prompt_len}, gen, at::kLong).to(dev);
+    say("batch " + std::to_string(batch) + ": warm-up");
+    if (opts.uncached) generate_uncached(model, prompt, opts.warmup, greedy());
+    std::vector<std::unique_ptr<KVCache>> caches;
+    for (const auto* v : variants) {
+      caches.push_back(v->make_cache(cfg));
+      generate_cached(model, prompt, opts.warmup, greedy(), *caches.back(), v->path());
+    }
+    for (int64_t n : opts.tokens) {
+      double slow = 0;
+      if (opts.uncached) {
+        say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: uncached");
+        slow = seconds(dev, [&] { generate_uncached(model, prompt, n, greedy()); });
+      }
+      for (size_t i = 0; i < variants.size(); ++i) {
+        say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: " + variants[i]->name);
+        const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *caches[i], variants[i]->path()); });
+        BenchRow row{variants[i]->name, batch, n, 0, static_cast<double>(batch * n) / fast, 0};
+        if (opts.uncached) {
+          row.uncached_tok_s = static_cast<double>(batch * n) / slow;
+          row.speedup = slow / fast;
+        }
+        rep.rows.push_back(row);
+      }
+    }
+  }
+  // What each cache holds once the window is full, at batch 1, against 2 x layers x tokens x d x 4.
+  for (const auto* v : variants) {
+    auto cache = v->make_cache(cfg);
+    const DecodePath path = v->path();
+    model->step(at::zeros({1, cfg.context}, at::TensorOptions().dtype(at::kLong).device(dev)), *cache, 0, *path.policy, path.kernels);
+    rep.memory.push_back({v->name, cache->bytes(), cache->capacity_bytes(), 2 * cfg.n_layers * cfg.context * cfg.d_model * 4});
+  }
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  rep.peak_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+  return rep;
+}
+
+nlohmann::json BenchReport::to_json() const {
+  nlohmann::json r = nlohmann::json::array(), m = nlohmann::json::array();
+  for (const auto& x : rows)
+    r.push_back({{"cache", x.cache}, {"batch", x.batch}, {"tokens", x.tokens}, {"uncached_tok_s", x.uncached_tok_s},
+                 {"cached_tok_s", x.cached_tok_s}, {"speedup", x.speedup}});
+  for (const auto& x : memory) {
+    m.push_back({{"cache", x.cache}, {"cache_bytes", x.bytes}, {"capacity_bytes", x.capacity_bytes}, {"formula_bytes", x.formula_bytes}});
+    for (auto& row : r)
+      if (row["cache"] == x.cache) row["cache_bytes"] = x.bytes, row["formula_bytes"] = x.formula_bytes;
+  }
+  return {{"machine", machine.to_json()}, {"rows", r}, {"memory", m}, {"peak_rss_bytes", peak_rss_bytes}};
+}
+
+std::string BenchReport::format() const {
+  std::ostringstream s;
+  s << "machine: " << machine.cpu << ", " << machine.threads << " threads, LibTorch " << machine.libtorch << ", BLAS "
+    << machine.blas << ", device " << machine.device << "\n";
+  if (machine.reference_blas)
+    s << "WARNING: LibTorch runs on reference BLAS: install libopenblas0-openmp (products ~17x slower)\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "%-10s %5s %6s %15s %12s %8s\n", "cache", "batch", "tokens", "no cache tok/s", "cache tok/s", "speedup");
+  s << line;
+  for (const auto& r : rows) {
+    char unc[32] = "-", sp[16] = "-";
+    if (r.uncached_tok_s > 0) {
+      std::snprintf(unc, sizeof unc, "%.0f", r.uncached_tok_s);
+      std::snprintf(sp, sizeof sp, "%.1fx", r.speedup);
+    }
+    std::snprintf(line, sizeof line, "%-10s %5lld %6lld %15s %12.0f %8s\n", r.cache.c_str(), static_cast<long long>(r.batch),
+                  static_cast<long long>(r.tokens), unc, r.cached_tok_s, sp);
+    s << line;
+  }
+  for (const auto& m : memory)
+    s << "cache " << m.cache << " at a full window, batch 1: " << human_bytes(m.bytes) << " of K and V (formula 2 x layers x "
+      << "tokens x d_model x 4 bytes = " << human_bytes(m.formula_bytes) << "), " << human_bytes(m.capacity_bytes)
+      << " allocated\n";
+  s << "peak resident memory: " << human_bytes(peak_rss_bytes) << "\n";
+  return s.str();
+}
+
+StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t context_fill) {
+  const CacheVariant& v = cache_registry().get(cache_name);
+  const DecodePath path = v.path();
+  const Config& cfg = model->config();
+  const c10::Device dev = model->emb->weight.device();
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(dev);
+  const int64_t d = cfg.d_model, H = cfg.n_heads, hd = cfg.head_dim(), reps = 200;
+  if (context_fill < 1 || context_fill > cfg.context) throw std::invalid_argument("profile: fill must be in [1, context]");
+  at::NoGradGuard no_grad;
+  StepProfile p;
+  p.cache = cache_name;
+  auto timed = [&](auto&& f) {
+    f();
+    return seconds(dev, [&] { for (int64_t i = 0; i < reps; ++i) f(); }) / reps * 1e6;  // us per call of f
+  };
+  // The whole step on a cache filled to `context_fill`, positions growing as in generation.
+  auto cache = v.make_cache(cfg);
+  const at::Tensor tok = at::ones({1, 1}, at::TensorOptions().dtype(at::kLong).device(dev));
+  model->step(at::ones({1, context_fill}, tok.options()), *cache, 0, *path.policy, path.kernels);
+  int64_t pos = context_fill;
+  p.step_us = timed([&] { model->step(tok, *cache, pos++, *path.policy, path.kernels); });
+  // Each part with the step's shapes, summed over the layers.
+  std::vector<std::tuple<at::Tensor, at::Tensor, at::Tensor>> products;  // (input, weight, bias)
+  for (const auto& m : *model->blocks) {
+    auto* b = m->as<BlockImpl>();
+    products.emplace_back(at::randn({1, 1, d}, f32), b->attn->qkv->weight, at::Tensor());
+    products.emplace_back(at::randn({1, 1, d}, f32), b->attn->out->weight, at::Tensor());
+    auto* up = b->mlp[0]->as<torch::nn::LinearImpl>();
+    auto* down = b->mlp[2]->as<torch::nn::LinearImpl>();
+    products.emplace_back(at::randn({1, 1, d}, f32), up->weight, up->bias);
+    products.emplace_back(at::randn({1, 1, 4 * d}, f32), down->weight, down->bias);
+  }
+  products.emplace_back(at::randn({1, d}, f32), model->emb->weight, at::Tensor());
+  p.parts_us.emplace_back("weight products (4 per layer + head)", timed([&] {
+    for (auto& [x, w, b] : products) project(x, w, b, path.kernels);
+  }));
+  const int64_t S = std::min(cfg.context + 1, context_fill + 1);
+  const at::Tensor q = at::randn({1, H, 1, hd}, f32), K = at::randn({1, H, S, hd}, f32), V = at::randn({1, H, S, hd}, f32);
+  p.parts_us.emplace_back("attention (" + std::to_string(S) + " keys)", timed([&] {
+    for (int64_t l = 0; l < cfg.n_layers; ++l) attend(q, K, V, {}, path.kernels);
+  }));
+  const at::Tensor x = at::randn({1, 1, d}, f32), w = at::ones({d}, f32), b = at::zeros({d}, f32);
+  p.parts_us.emplace_back("layer norms (2 per layer + final)", timed([&] {
+    for (int64_t l = 0; l < 2 * cfg.n_layers + 1; ++l) layer_norm(x, w, b, 1e-5, path.kernels);
+  }));
+  at::Tensor qq = at::randn({1, H, 1, hd}, f32), kk = at::randn({1, H, 1, hd}, f32), vv = at::randn({1, H, 1, hd}, f32);
+  p.parts_us.emplace_back("RoPE on q and k", timed([&] {
+    for (int64_t l = 0; l < cfg.n_layers; ++l) {
+      at::Tensor a = qq, c = kk, e = vv;
+      path.policy->position(a, c, e, 300);
+    }
+  }));
+  auto store = v.make_cache(cfg);
+  for (int64_t l = 0; l < cfg.n_layers; ++l) store->update(l, at::randn({1, H, context_fill, hd}, f32), at::randn({1, H, context_fill, hd}, f32));
+  p.parts_us.emplace_back("cache update (append, trim)", timed([&] {
+    for (int64_t l = 0; l < cfg.n_layers; ++l) store->update(l, kk, vv);
+  }));
+  double sum = 0;
+  for (const auto& [name, us] : p.parts_us) sum += us;
+  p.parts_us.emplace_back("other (dispatch, views, allocation, embedding)", std::max(0.0, p.step_us - sum));
+  return p;
+}
+
+nlohmann::json StepProfile::to_json() const {
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& [name, us] : parts_us) parts.push_back({{"part", name}, {"us", us}});
+  return {{"cache", cache}, {"step_us", step_us}, {"parts", parts}};
+}
+
+std::string StepProfile::format() const {
+  std::ostringstream s;
+  char line[160];
+  std::snprintf(line, sizeof line, "batch-1 decode step, cache %s: %.0f us (%.0f tok/s)\n", cache.c_str(), step_us, 1e6 / step_us);
+  s << line;
+  for (const auto& [name, us] : parts_us) {
+    std::snprintf(line, sizeof line, "  %-50s %8.0f us  %5.1f%%\n", name.c_str(), us, 100.0 * us / step_us);
+    s << line;
+  }
+  return s.str();
+}
+
+}  // namespace tinygpt::checks

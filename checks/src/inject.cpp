@@ -1,0 +1,141 @@
+#include "tinygpt/checks/inject.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+namespace tinygpt::checks {
+
+bool FaultOutcome::caught() const {
+  return std::any_of(checks.begin(), checks.end(), [](const SubCheck& c) { return !c.passed; });
+}
+
+bool FaultOutcome::caught_by(const std::string& check) const {
+  for (const auto& c : checks)
+    if (c.name == check) return !c.passed;
+  return false;
+}
+
+std::vector<std::string> FaultOutcome::missed_expected() const {
+  std::vector<std::string> out;
+  for (const auto& e : expected)
+    if (!caught_by(e)) out.push_back(e);
+  return out;
+}
+
+int InjectionReport::caught() const {
+  return static_cast<int>(std::count_if(faults.begin(), faults.end(), [](const FaultOutcome& f) { return f.caught(); }));
+}
+
+bool InjectionReport::controls_passed() const {
+  return std::all_of(controls.begin(), controls.end(), [](const EquivalenceResult& c) { return c.passed(); });
+}
+
+bool InjectionReport::faults_passed() const {
+  return std::all_of(faults.begin(), faults.end(),
+                     [](const FaultOutcome& f) { return f.caught() && f.missed_expected().empty(); });
+}
+
+bool InjectionReport::passed() const { return controls_passed() && faults_passed(); }
+
+InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
+                              const std::vector<const CacheVariant*>& faults, const InjectionOptions& io,
+                              const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) { if (progress) progress(s); };
+  const std::vector<const CacheVariant*> controls = io.controls.empty() ? cache_registry().all(/*faults=*/false) : io.controls;
+  if (io.fault_tokens < 0 || io.fault_tokens > opts.tokens)
+    throw std::invalid_argument("inject: fault tokens must be in [0, " + std::to_string(opts.tokens) + "]");
+  EquivalenceOptions fopts = opts;
+  if (io.fault_tokens > 0) fopts.tokens = io.fault_tokens;
+  const int64_t drift_tokens = std::min(io.drift_tokens, fopts.tokens);
+  Reference built;
+  if (!io.reference) {
+    say("reference: uncached greedy run, full-forward and banded logits");
+    built = build_reference(model, opts);
+  }
+  const Reference& ref = io.reference ? *io.reference : built;
+  const Reference fref = fopts.tokens == opts.tokens ? ref : ref.prefix(fopts.tokens);
+  InjectionReport rep;
+  for (const CacheVariant* c : controls) {
+    say("negative control: " + c->name);
+    rep.controls.push_back(check_equivalence(model, opts, ref, *c));
+  }
+  // The seed's drift measure compares a fault's greedy output with the correct cached output.
+  const at::Tensor correct = rep.controls.front().produced;
+  size_t i = 0;
+  for (const CacheVariant* v : faults) {
+    say("fault " + std::to_string(++i) + "/" + std::to_string(faults.size()) + ": " + v->name);
+    FaultOutcome f;
+    f.fault = v->name;
+    f.description = v->description;
+    f.expected = v->expected;
+    f.drift_window = drift_tokens;
+    EquivalenceResult r = check_equivalence(model, fopts, fref, *v);
+    f.checks = r.checks;
+    f.step_diffs = r.loop_band.diffs;
+    std::optional<int64_t> first;
+    for (const StepDiffs* d : {&r.loop_full, &r.loop_band, &r.forced_full, &r.forced_band}) {
+      f.worst_logit_diff = std::max(f.worst_logit_diff, d->worst);
+      if (d->first_position_over && (!first || *d->first_position_over < *first)) first = d->first_position_over;
+    }
+    f.first_logit_position_over = first;
+    if (!r.produced.defined() || !correct.defined()) {
+      f.drift_after = 0;  // it could not even generate
+    } else {
+      const int64_t T0 = opts.prompt.size(1);
+      at::Tensor same = (r.produced.narrow(1, T0, drift_tokens) == correct.narrow(1, T0, drift_tokens)).all(0);
+      at::Tensor diff = same.logical_not().nonzero();
+      if (diff.numel()) f.drift_after = diff[0][0].item<int64_t>();
+    }
+    rep.faults.push_back(std::move(f));
+  }
+  return rep;
+}
+
+std::string format_injection(const InjectionReport& r) {
+  std::ostringstream s;
+  std::vector<std::string> names;
+  if (!r.faults.empty())
+    for (const auto& c : r.faults.front().checks) names.push_back(c.name);
+  else if (!r.controls.empty())
+    for (const auto& c : r.controls.front().checks) names.push_back(c.name);
+  // CAUGHT / missed per check; a check the fault expects to catch it and that missed is MISSED!.
+  char cell[64];
+  std::snprintf(cell, sizeof cell, "%-24s", "fault");
+  s << cell;
+  for (const auto& n : names) {
+    std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(n.size(), 7)), n.c_str());
+    s << cell;
+  }
+  s << "  drift        first logit over tol (worst |diff|)\n";
+  for (const auto& f : r.faults) {
+    std::snprintf(cell, sizeof cell, "%-24s", f.fault.c_str());
+    s << cell;
+    for (size_t k = 0; k < names.size(); ++k) {
+      const bool expected = std::find(f.expected.begin(), f.expected.end(), names[k]) != f.expected.end();
+      const char* v = k < f.checks.size() && !f.checks[k].passed ? "CAUGHT" : (expected ? "MISSED!" : "missed");
+      std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(names[k].size(), 7)), v);
+      s << cell;
+    }
+    const std::string drift = f.drift_after ? "after " + std::to_string(*f.drift_after) : "none/" + std::to_string(f.drift_window);
+    char over[96];
+    if (f.first_logit_position_over)
+      std::snprintf(over, sizeof over, "pos %lld (%.2e)", static_cast<long long>(*f.first_logit_position_over), f.worst_logit_diff);
+    else
+      std::snprintf(over, sizeof over, "none (%.2e)", f.worst_logit_diff);
+    std::snprintf(cell, sizeof cell, "  %-12s ", drift.c_str());
+    s << cell << over << "\n";
+  }
+  for (const auto& c : r.controls)
+    s << "negative control (" << c.cache << "): " << (c.passed() ? "passes every check" : "FAILS") << "\n";
+  int unexpected = 0;
+  for (const auto& f : r.faults) unexpected += !f.missed_expected().empty();
+  s << "mutation score: " << r.caught() << "/" << r.faults.size() << " faults caught";
+  if (unexpected) s << "; " << unexpected << " missed by a check that should catch them (MISSED!)";
+  s << "\n";
+  return s.str();
+}
+
+}  // namespace tinygpt::checks

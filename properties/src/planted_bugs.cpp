@@ -1,0 +1,103 @@
+// Planted sampler bugs: each reuses the production stages except one, re-written the way a real
+// bug report had it. The property suite must catch every one (planted_bugs_test.cpp).
+#include <ATen/ATen.h>
+
+#include <limits>
+
+#include "tinygpt/laws/sampler_under_test.h"
+
+namespace tinygpt::props {
+
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+struct Stages {
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&, double)> penalty = apply_penalty;
+  std::function<at::Tensor(const at::Tensor&, double)> temperature = apply_temperature;
+  std::function<at::Tensor(const at::Tensor&, int64_t)> top_k = apply_top_k;
+  std::function<at::Tensor(const at::Tensor&, double)> top_p = apply_top_p;
+  std::function<at::Tensor(const at::Tensor&)> argmax = [](const at::Tensor& x) { return x.argmax(-1); };
+};
+
+SamplerUnderTest compose(std::string name, std::string description, Stages st) {
+  auto filtered = [st](const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
+    s.validate();
+    at::Tensor x = st.penalty(checked_scores(logits, history), history, s.penalty);
+    x = st.temperature(x, s.temperature);
+    x = st.top_k(x, s.top_k);
+    return st.top_p(x, s.top_p);
+  };
+  auto pick = [st, filtered](const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
+    if (s.temperature == 0) return st.argmax(st.penalty(checked_scores(logits, history), history, s.penalty));
+    return draw(filtered(logits, history, s));
+  };
+  return {std::move(name), std::move(description), filtered, pick};
+}
+
+}  // namespace
+
+SamplerUnderTest production_sampler() {
+  return {"production", "lib/ sampler",
+          [](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return filtered_scores(l, h, s); },
+          [](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, s, h); }};
+}
+
+std::vector<SamplerUnderTest> planted_bugs() {
+  std::vector<SamplerUnderTest> bugs;
+  {
+    Stages st;  // drop when the cumulative mass INCLUDING the token reaches p
+    st.top_p = [](const at::Tensor& scores, double top_p) {
+      if (top_p >= 1.0) return scores;
+      auto [sorted, order] = scores.sort(-1, true);
+      at::Tensor kept = sorted.masked_fill(sorted.softmax(-1).cumsum(-1) >= top_p, kNegInf);
+      return at::empty_like(scores).scatter_(-1, order, kept);
+    };
+    bugs.push_back(compose("topPDropsTheTokenThatReachesP", "top-p tests cum >= p instead of cum - p_i >= p", st));
+  }
+  {
+    Stages st;  // divides every score, so a negative score moves UP towards 0
+    st.penalty = [](const at::Tensor& scores, const at::Tensor& history, double penalty) {
+      if (penalty == 1.0 || !history.defined() || history.numel() == 0) return scores;
+      at::Tensor seen = at::zeros_like(scores, scores.options().dtype(at::kBool)).scatter_(1, history, true);
+      return at::where(seen, scores / penalty, scores);
+    };
+    bugs.push_back(compose("penaltyDividesNegativeScores", "penalty divides every seen score, raising negatives", st));
+  }
+  {
+    Stages st;  // keeps exactly k ids from topk's indices, dropping ties with the k-th
+    st.top_k = [](const at::Tensor& scores, int64_t k) {
+      if (k == 0) return scores;
+      at::Tensor idx = std::get<1>(scores.topk(k, -1));
+      at::Tensor keep = at::zeros_like(scores, scores.options().dtype(at::kBool)).scatter_(1, idx, true);
+      return scores.masked_fill(keep.logical_not(), kNegInf);
+    };
+    bugs.push_back(compose("topKDropsTies", "top-k keeps topk()'s k indices, dropping ties with the k-th", st));
+  }
+  {
+    Stages st;  // applies the penalty once per occurrence instead of once per distinct id
+    st.penalty = [](const at::Tensor& scores, const at::Tensor& history, double penalty) {
+      if (penalty == 1.0 || !history.defined() || history.numel() == 0) return scores;
+      at::Tensor x = scores;
+      for (int64_t t = 0; t < history.size(1); ++t) {
+        at::Tensor seen = at::zeros_like(x, x.options().dtype(at::kBool)).scatter_(1, history.narrow(1, t, 1), true);
+        x = at::where(seen, at::where(x > 0, x / penalty, x * penalty), x);
+      }
+      return x;
+    };
+    bugs.push_back(compose("penaltyCountsRepeats", "penalty compounds for every repeat in the history", st));
+  }
+  {
+    Stages st;
+    st.temperature = [](const at::Tensor& scores, double t) { return scores * t; };
+    bugs.push_back(compose("temperatureMultiplies", "scores multiplied by the temperature instead of divided", st));
+  }
+  {
+    Stages st;  // argmax over the reversed row: the LAST maximal index wins ties
+    st.argmax = [](const at::Tensor& x) { return (x.size(1) - 1) - x.flip(1).argmax(-1); };
+    bugs.push_back(compose("greedyTakesLastTiedIndex", "temperature 0 breaks ties towards the last index", st));
+  }
+  return bugs;
+}
+
+}  // namespace tinygpt::props

@@ -1,0 +1,526 @@
+#include "tinygpt/laws/sampler_laws.h"
+
+#include "tinygpt/checks/selfcheck.h"
+#include "tinygpt/laws/spec6_model.h"
+
+#include <ATen/ATen.h>
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace tinygpt::props {
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Generated logits (B, V) on `dev`. The description is generated, the values are drawn from it
+// with a seeded generator, so shrinking works on B, V and the style, not on 32k floats.
+at::Tensor gen_logits(c10::Device dev, int64_t min_v = 2) {
+  const int64_t B = *rc::gen::inRange<int64_t>(1, 9);
+  const int64_t V = *rc::gen::oneOf(rc::gen::inRange<int64_t>(min_v, 17), rc::gen::inRange<int64_t>(min_v, 4097));
+  const int style = *rc::gen::inRange(0, 5);
+  const int inf_pct = *rc::gen::element(0, 0, 10, 50);
+  const auto seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+  static const char* styles[] = {"normal", "integer ties", "huge 1e30", "tiny 1e-30", "tied top"};
+  RC_CLASSIFY(true, styles[style]);
+  RC_CLASSIFY(inf_pct > 0, "-inf entries");
+  RC_CLASSIFY(B > 1, "B > 1");
+  RC_CLASSIFY(V >= 1024, "V >= 1024");
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  at::Tensor x = at::randn({B, V}, g, at::kFloat) * 3;
+  if (style == 1) x = at::randint(0, 4, {B, V}, g, at::kLong).to(at::kFloat);
+  if (style == 2) x = x * 1e30f;
+  if (style == 3) x = x * 1e-30f;
+  if (style == 4) {
+    at::Tensor other = at::randint(0, V, {B, 1}, g, at::kLong);
+    x.scatter_(1, other, std::get<0>(x.max(1, true)));
+  }
+  if (inf_pct > 0) {
+    at::Tensor drop = at::rand({B, V}, g) < inf_pct / 100.0;
+    drop.scatter_(1, at::randint(0, V, {B, 1}, g, at::kLong), false);  // one finite entry per row
+    x.masked_fill_(drop, -kInf);
+  }
+  return x.to(dev);
+}
+
+double gen_temperature() { return *rc::gen::inRange(5, 500) / 100.0; }   // 0.05 .. 5
+double gen_top_p() { return *rc::gen::inRange(1, 1001) / 1000.0; }      // 0.001 .. 1
+
+at::Tensor cpu64(const at::Tensor& t) { return t.to(at::kCPU).to(at::kDouble).contiguous(); }
+
+// Ids of a row whose filtered score is finite (the ones `draw` can return).
+std::vector<bool> alive(const at::Tensor& filtered_row) {
+  at::Tensor f = cpu64(filtered_row);
+  std::vector<bool> out(f.size(0));
+  for (int64_t i = 0; i < f.size(0); ++i) out[i] = f[i].item<double>() > -kInf;
+  return out;
+}
+
+std::vector<double> row(const at::Tensor& t, int64_t b) {
+  at::Tensor r = cpu64(t[b]);
+  return std::vector<double>(r.data_ptr<double>(), r.data_ptr<double>() + r.numel());
+}
+
+// Double-precision softmax of one row of scores.
+std::vector<double> softmax64(const std::vector<double>& s) {
+  const double m = *std::max_element(s.begin(), s.end());
+  std::vector<double> p(s.size());
+  double z = 0;
+  for (size_t i = 0; i < s.size(); ++i) z += (p[i] = std::exp(s[i] - m));
+  for (auto& v : p) v /= z;
+  return p;
+}
+
+// Scores divided by the temperature exactly as float32 does it: the reference order of ties.
+at::Tensor scaled(const at::Tensor& logits, double t) { return logits.to(at::kFloat) / t; }
+
+double kth_largest(std::vector<double> s, int64_t k) {
+  std::sort(s.begin(), s.end(), std::greater<double>());
+  return s[k - 1];
+}
+
+at::Tensor no_history() { return at::Tensor(); }
+
+at::Tensor gen_history(int64_t B, int64_t V, c10::Device dev) {
+  const int64_t T = *rc::gen::inRange<int64_t>(1, 12);
+  const auto seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  return at::randint(0, V, {B, T}, g, at::kLong).to(dev);
+}
+
+bool in_max_set(const std::vector<double>& s, int64_t id) {
+  return s[id] == *std::max_element(s.begin(), s.end());
+}
+
+std::vector<float> row_f(const at::Tensor& t, int64_t b) {
+  at::Tensor r = t[b].to(at::kCPU).to(at::kFloat).contiguous();
+  return std::vector<float>(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+}
+
+std::vector<int64_t> row_i(const at::Tensor& t, int64_t b) {
+  at::Tensor r = t[b].to(at::kCPU).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+}
+
+// The nucleus slack: a float32 cumulative sum over up to 4096 probabilities against a double one.
+constexpr double kNucleusSlack = 1e-4;
+
+// A case where every stage binds at once: top-k below V with top-p below 1 whose boundary lands
+// inside the top-k set, a penalty other than 1 on a history of several distinct top ids with
+// repeats, a temperature on either side of 1, and often a tie at the k-th score.
+struct BindingCase {
+  at::Tensor logits, history;  // (B, V) and (B, T) on the device
+  SamplingSettings settings;
+};
+
+BindingCase gen_binding_case(c10::Device dev) {
+  const int64_t B = *rc::gen::inRange<int64_t>(1, 5);
+  const int64_t V = *rc::gen::oneOf(rc::gen::inRange<int64_t>(8, 65), rc::gen::inRange<int64_t>(8, 4097));
+  const bool integer = *rc::gen::element(false, false, true);
+  const bool tie_at_k = *rc::gen::arbitrary<bool>();
+  const auto seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+  at::Generator g = at::detail::createCPUGenerator(seed);
+  at::Tensor x = integer ? at::randint(-3, 6, {B, V}, g, at::kLong).to(at::kFloat) : at::randn({B, V}, g, at::kFloat) * 2;
+  SamplingSettings s;
+  s.top_k = *rc::gen::inRange<int64_t>(1, std::min<int64_t>(V - 1, 48) + 1);
+  s.temperature = *rc::gen::oneOf(rc::gen::inRange(20, 100), rc::gen::inRange(101, 300)) / 100.0;
+  s.penalty = *rc::gen::oneOf(rc::gen::inRange(105, 300), rc::gen::inRange(40, 96)) / 100.0;
+  // History: ids among each row's top k + 4 (where the penalty can change the outcome), repeated.
+  const int64_t T = *rc::gen::inRange<int64_t>(2, 17);
+  at::Tensor top = std::get<1>(x.topk(std::min(V, s.top_k + 4), -1));  // (B, k + 4)
+  at::Tensor pick = at::randint(0, top.size(1), {B, T}, g, at::kLong);
+  at::Tensor history = top.gather(1, pick);  // (B, T), repeats likely
+  if (tie_at_k) {  // a token outside the top k made equal to the k-th (neither in the history)
+    for (int64_t b = 0; b < B; ++b) {
+      auto sorted = std::get<1>(x[b].sort(/*stable=*/true, 0, true));
+      const int64_t kth = sorted[s.top_k - 1].item<int64_t>();
+      for (int64_t r = s.top_k; r < V; ++r) {
+        const int64_t id = sorted[r].item<int64_t>();
+        if (!(history[b] == id).any().item<bool>() && !(history[b] == kth).any().item<bool>()) {
+          x[b][id] = x[b][kth];
+          break;
+        }
+      }
+    }
+  }
+  // top_p: the boundary at a random rank inside row 0's top-k survivors (the model says where).
+  const std::vector<float> s0 = spec6::scale(spec6::penalize(row_f(x, 0), row_i(history, 0), s.penalty), s.temperature);
+  const std::vector<bool> alive = spec6::top_k(s0, s.top_k);
+  std::vector<double> p = spec6::distribution(s0, alive);
+  std::sort(p.begin(), p.end(), std::greater<double>());
+  const int64_t survivors = std::count(alive.begin(), alive.end(), true);
+  if (survivors >= 2) {
+    const int64_t j = *rc::gen::inRange<int64_t>(1, survivors);  // the first dropped rank
+    double lo = 0;
+    for (int64_t r = 0; r < j - 1; ++r) lo += p[r];
+    const double hi = lo + p[j - 1], u = *rc::gen::inRange(5, 96) / 100.0;
+    s.top_p = lo + u * (hi - lo);  // mass above rank j - 1 is lo < top_p, above rank j is hi >= top_p
+  } else {
+    s.top_p = *rc::gen::inRange(1, 100) / 100.0;
+  }
+  RC_PRE(s.top_p > 0.0 && s.top_p < 1.0);
+  // Which stages change row 0's result: the share with all four is reported (see README).
+  const auto full = spec6::filter(row_f(x, 0), row_i(history, 0), {s.temperature, s.top_k, s.top_p, s.penalty}, 0);
+  auto differs = [&](const spec6::Settings& without) {
+    const auto other = spec6::filter(row_f(x, 0), row_i(history, 0), without, 0);
+    std::vector<bool> a(full.fate.size()), b(other.fate.size());
+    for (size_t i = 0; i < a.size(); ++i) a[i] = full.fate[i] != spec6::Fate::Dropped, b[i] = other.fate[i] != spec6::Fate::Dropped;
+    if (a != b) return true;
+    const auto pa = spec6::distribution(full.scores, a), pb = spec6::distribution(other.scores, b);
+    for (size_t i = 0; i < pa.size(); ++i)
+      if (std::abs(pa[i] - pb[i]) > 1e-9) return true;
+    return false;
+  };
+  const bool pen = differs({s.temperature, s.top_k, s.top_p, 1.0}), tem = differs({1.0, s.top_k, s.top_p, s.penalty});
+  const bool tk = differs({s.temperature, 0, s.top_p, s.penalty}), tp = differs({s.temperature, s.top_k, 1.0, s.penalty});
+  RC_CLASSIFY(pen && tem && tk && tp, "all four stages change the result");
+  RC_CLASSIFY(tie_at_k, "tie at the k-th planted");
+  RC_CLASSIFY(integer, "integer logits");
+  return {x.to(dev), history.to(dev), s};
+}
+
+}  // namespace
+
+std::vector<Law> generated_laws() {
+  std::vector<Law> laws;
+
+  laws.push_back({"temperatureZeroIsArgmax", "pick(T=0) == first index of max(logits)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor ids = sut.pick(x, no_history(), {0.0, 0, 1.0, 1.0}).to(at::kCPU);
+                    for (int64_t b = 0; b < x.size(0); ++b) {
+                      auto s = row(x, b);
+                      const int64_t first = std::max_element(s.begin(), s.end()) - s.begin();
+                      RC_ASSERT(ids[b].item<int64_t>() == first);
+                    }
+                  }, true});
+
+  laws.push_back({"topKOnePicksATopScoringToken", "pick(top_k=1, any T > 0, any top_p) in argmax set",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor ids = sut.pick(x, no_history(), {gen_temperature(), 1, gen_top_p(), 1.0}).to(at::kCPU);
+                    for (int64_t b = 0; b < x.size(0); ++b) RC_ASSERT(in_max_set(row(x, b), ids[b].item<int64_t>()));
+                  }, true});
+
+  laws.push_back({"topPBelowTheTopProbabilityPicksATopScoringToken",
+                  "top_p < max softmax(logits/T) => pick in argmax set",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    const double t = gen_temperature(), u = *rc::gen::inRange(1, 100) / 100.0;
+                    // One top_p for the batch: below every row's top probability.
+                    double pmax = 1.0;
+                    for (int64_t b = 0; b < x.size(0); ++b) {
+                      auto p = softmax64(row(scaled(x, t), b));
+                      pmax = std::min(pmax, *std::max_element(p.begin(), p.end()));
+                    }
+                    const double top_p = pmax * u * 0.99;
+                    RC_PRE(top_p > 0.0);
+                    at::Tensor ids = sut.pick(x, no_history(), {t, 0, top_p, 1.0}).to(at::kCPU);
+                    for (int64_t b = 0; b < x.size(0); ++b) RC_ASSERT(in_max_set(row(x, b), ids[b].item<int64_t>()));
+                  }, true});
+
+  laws.push_back({"topKNeverLeavesTheTopK", "filtered(top_k=k)[i] > -inf => score_i >= k-th largest",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    const int64_t k = *rc::gen::inRange<int64_t>(1, x.size(1) + 1);
+                    const double t = gen_temperature();
+                    at::Tensor f = sut.filtered(x, no_history(), {t, k, 1.0, 1.0});
+                    for (int64_t b = 0; b < x.size(0); ++b) {
+                      auto s = row(scaled(x, t), b);
+                      const double kth = kth_largest(s, k);
+                      auto a = alive(f[b]);
+                      for (size_t i = 0; i < s.size(); ++i) RC_ASSERT(!a[i] || s[i] >= kth);
+                    }
+                  }});
+
+  laws.push_back({"topKKeepsEveryTokenTiedWithTheKth", "score_i >= k-th largest (finite) => filtered(top_k=k)[i] > -inf",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    const int64_t k = *rc::gen::inRange<int64_t>(1, x.size(1) + 1);
+                    const double t = gen_temperature();
+                    at::Tensor f = sut.filtered(x, no_history(), {t, k, 1.0, 1.0});
+                    for (int64_t b = 0; b < x.size(0); ++b) {
+                      auto s = row(scaled(x, t), b);
+                      const double kth = kth_largest(s, k);
+                      RC_CLASSIFY(std::count(s.begin(), s.end(), kth) > 1, "ties at the k-th");
+                      auto a = alive(f[b]);
+                      for (size_t i = 0; i < s.size(); ++i) RC_ASSERT(a[i] || s[i] < kth || s[i] == -kInf);
+                    }
+                  }});
+
+  // The minimal nucleus, computed in double from the sorted probabilities: a token may survive
+  // when the mass STRICTLY above it is below p, and must survive when even the mass of every
+  // other token at least as likely is below p. 1e-4 absorbs float32 cumsum rounding.
+  auto nucleus_law = [](bool must_keep) {
+    return [must_keep](const SamplerUnderTest& sut, c10::Device dev) {
+      at::Tensor x = gen_logits(dev);
+      const double t = gen_temperature(), top_p = gen_top_p();
+      RC_CLASSIFY(top_p < 0.1, "top_p < 0.1");
+      at::Tensor f = sut.filtered(x, no_history(), {t, 0, top_p, 1.0});
+      for (int64_t b = 0; b < x.size(0); ++b) {
+        auto p = softmax64(row(scaled(x, t), b));
+        auto a = alive(f[b]);
+        for (size_t i = 0; i < p.size(); ++i) {
+          double strictly_above = 0, at_least = 0;
+          for (size_t j = 0; j < p.size(); ++j) {
+            if (j == i) continue;
+            if (p[j] > p[i]) strictly_above += p[j];
+            if (p[j] >= p[i]) at_least += p[j];
+          }
+          if (must_keep) {
+            if (p[i] > 0 && at_least < top_p - 1e-4) RC_ASSERT(a[i]);
+          } else if (a[i]) {
+            RC_ASSERT(strictly_above < top_p + 1e-4);
+          }
+        }
+      }
+    };
+  };
+  laws.push_back({"topPNeverPicksOutsideTheMinimalNucleus", "filtered(top_p)[i] > -inf => mass above i < p",
+                  nucleus_law(false)});
+  laws.push_back({"topPKeepsTheMinimalNucleus", "mass of all others >= p_i below p => filtered(top_p)[i] > -inf",
+                  nucleus_law(true)});
+
+  laws.push_back({"penaltyOneIsTheIdentity", "filtered(penalty=1, history) == filtered(no history)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor h = gen_history(x.size(0), x.size(1), dev);
+                    RC_ASSERT(sut.filtered(x, h, {1.0, 0, 1.0, 1.0}).equal(sut.filtered(x, no_history(), {1.0, 0, 1.0, 1.0})));
+                  }});
+
+  laws.push_back({"penaltyNeverRaisesAScore", "penalty >= 1 => filtered(penalty, history) <= logits",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor h = gen_history(x.size(0), x.size(1), dev);
+                    const double pen = *rc::gen::inRange(100, 500) / 100.0;
+                    at::Tensor f = sut.filtered(x, h, {1.0, 0, 1.0, pen});
+                    RC_ASSERT((f <= x.to(at::kFloat)).all().item<bool>());
+                  }});
+
+  laws.push_back({"penaltyLeavesUnseenTokensUntouched", "i not in history => filtered(penalty)[i] == logits[i]",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor h = gen_history(x.size(0), x.size(1), dev);
+                    const double pen = *rc::gen::inRange(10, 500) / 100.0;
+                    at::Tensor f = sut.filtered(x, h, {1.0, 0, 1.0, pen});
+                    at::Tensor seen = at::zeros_like(x, x.options().dtype(at::kBool)).scatter_(1, h, true);
+                    RC_ASSERT(f.masked_select(seen.logical_not()).equal(x.to(at::kFloat).masked_select(seen.logical_not())));
+                  }});
+
+  laws.push_back({"penaltyCountsEachDistinctIdOnce", "filtered(history ++ history) == filtered(history)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor h = gen_history(x.size(0), x.size(1), dev);
+                    const double pen = *rc::gen::inRange(101, 500) / 100.0;
+                    const SamplingSettings s{1.0, 0, 1.0, pen};
+                    RC_ASSERT(sut.filtered(x, at::cat({h, h}, 1), s).equal(sut.filtered(x, h, s)));
+                  }});
+
+  laws.push_back({"repeatedTopTokenFallsBelowTheRunnerUp",
+                  "0 < s2 < s1, penalty > s1/s2, top in history => pick(T=0) != top",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    // Positive scores with a unique top: bump each row's argmax by 0.5.
+                    at::Tensor x = gen_logits(dev).abs().clamp_max(1e6) + 0.01;
+                    at::Tensor top = x.argmax(-1, true);  // (B, 1)
+                    x.scatter_add_(1, top, at::full({x.size(0), 1}, 0.5f, x.options()));
+                    const double stretch = 1.0 + *rc::gen::inRange(1, 100) / 100.0;
+                    double pen = 1.0;
+                    for (int64_t b = 0; b < x.size(0); ++b) {
+                      auto s = row(x, b);
+                      std::sort(s.begin(), s.end(), std::greater<double>());
+                      pen = std::max(pen, s[0] / s[1] * stretch);
+                    }
+                    RC_PRE(std::isfinite(pen));
+                    at::Tensor ids = sut.pick(x, top, {0.0, 0, 1.0, pen});
+                    RC_ASSERT(!(ids == top.squeeze(1)).any().item<bool>());
+                  }, true});
+
+  laws.push_back({"temperatureKeepsTheOrder", "s_i < s_j => filtered(T)_i <= filtered(T)_j",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor f = sut.filtered(x, no_history(), {gen_temperature(), 0, 1.0, 1.0});
+                    at::Tensor order = x.argsort(-1, /*descending=*/false);
+                    at::Tensor fs = f.gather(1, order);
+                    RC_ASSERT((fs.narrow(1, 1, fs.size(1) - 1) >= fs.narrow(1, 0, fs.size(1) - 1)).all().item<bool>());
+                  }});
+
+  laws.push_back({"lowerTemperatureNeverLowersTheTopProbability", "T1 < T2 => max p(T1) >= max p(T2)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    double t1 = gen_temperature(), t2 = gen_temperature();
+                    RC_PRE(t1 != t2);
+                    if (t1 > t2) std::swap(t1, t2);
+                    at::Tensor p1 = sut.filtered(x, no_history(), {t1, 0, 1.0, 1.0}).softmax(-1).amax(-1);
+                    at::Tensor p2 = sut.filtered(x, no_history(), {t2, 0, 1.0, 1.0}).softmax(-1).amax(-1);
+                    RC_ASSERT((p1 >= p2 - 1e-6).all().item<bool>());
+                  }});
+
+  laws.push_back({"neverDrawsAnImpossibleToken", "pick = i => logits_i > -inf and filtered p_i > 0",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    at::Tensor h = gen_history(x.size(0), x.size(1), dev);
+                    const int64_t k = *rc::gen::inRange<int64_t>(0, x.size(1) + 1);
+                    const SamplingSettings s{gen_temperature(), k, gen_top_p(), *rc::gen::inRange(50, 300) / 100.0};
+                    at::Tensor p = sut.filtered(x, h, s).softmax(-1);
+                    at::manual_seed(*rc::gen::inRange<uint64_t>(0, 1u << 30));
+                    for (int rep = 0; rep < 8; ++rep) {
+                      at::Tensor ids = sut.pick(x, h, s).unsqueeze(1);  // (B, 1)
+                      RC_ASSERT((p.gather(1, ids) > 0).all().item<bool>());
+                      RC_ASSERT((x.gather(1, ids) > -kInf).all().item<bool>());
+                    }
+                  }});
+
+  // Against the plain model of SPEC 6 (spec6_model.h), with every stage binding at once.
+  laws.push_back({"survivorsMatchTheSpec6Model",
+                  "filtered(x)_i > -inf <=> model keeps i (either way within 1e-4 of the nucleus boundary)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const BindingCase c = gen_binding_case(dev);
+                    at::Tensor f = sut.filtered(c.logits, c.history, c.settings);
+                    const spec6::Settings ms{c.settings.temperature, c.settings.top_k, c.settings.top_p, c.settings.penalty};
+                    for (int64_t b = 0; b < c.logits.size(0); ++b) {
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack);
+                      const auto got = row_f(f, b);
+                      for (size_t i = 0; i < got.size(); ++i) {
+                        if (m.fate[i] == spec6::Fate::Either) continue;
+                        RC_ASSERT((got[i] > -INFINITY) == (m.fate[i] == spec6::Fate::Kept));
+                      }
+                    }
+                  }});
+
+  laws.push_back({"probabilitiesMatchTheSpec6Model",
+                  "|softmax(filtered(x)) - model distribution over the same survivors| <= 1e-6",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const BindingCase c = gen_binding_case(dev);
+                    at::Tensor f = sut.filtered(c.logits, c.history, c.settings);
+                    at::Tensor p = f.softmax(-1);
+                    const spec6::Settings ms{c.settings.temperature, c.settings.top_k, c.settings.top_p, c.settings.penalty};
+                    for (int64_t b = 0; b < c.logits.size(0); ++b) {
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack);
+                      const auto got = row_f(f, b);
+                      std::vector<bool> support(got.size());
+                      for (size_t i = 0; i < got.size(); ++i) {
+                        support[i] = got[i] > -INFINITY;
+                        RC_ASSERT(m.fate[i] == spec6::Fate::Either || support[i] == (m.fate[i] == spec6::Fate::Kept));
+                      }
+                      const auto want = spec6::distribution(m.scores, support);
+                      const auto pb = row(p, b);
+                      for (size_t i = 0; i < want.size(); ++i) RC_ASSERT(std::abs(pb[i] - want[i]) <= 1e-6);
+                    }
+                  }});
+
+  laws.push_back({"greedyMatchesTheSpec6Model", "pick(T=0, penalty, history) == model argmax (first index on ties)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    BindingCase c = gen_binding_case(dev);
+                    c.settings.temperature = 0.0;
+                    at::Tensor ids = sut.pick(c.logits, c.history, c.settings).to(at::kCPU);
+                    for (int64_t b = 0; b < c.logits.size(0); ++b)
+                      RC_ASSERT(ids[b].item<int64_t>() == spec6::greedy(row_f(c.logits, b), row_i(c.history, b), c.settings.penalty));
+                  }, true});
+
+  laws.push_back({"drawsStayInTheSpec6Support",
+                  "every stage binding: pick = i (16 draws a row) => the SPEC 6 model keeps i",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const BindingCase c = gen_binding_case(dev);
+                    const int64_t B = c.logits.size(0), N = 16;
+                    at::Tensor ids = sut.pick(c.logits.repeat({N, 1}), c.history.repeat({N, 1}), c.settings).to(at::kCPU);
+                    const auto& s = c.settings;
+                    for (int64_t b = 0; b < B; ++b) {
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b),
+                                                   {s.temperature, s.top_k, s.top_p, s.penalty}, kNucleusSlack);
+                      for (int64_t r = 0; r < N; ++r) {
+                        const int64_t id = ids[r * B + b].item<int64_t>();
+                        RC_ASSERT(id >= 0);
+                        RC_ASSERT(id < static_cast<int64_t>(m.fate.size()));
+                        RC_ASSERT(m.fate[id] != spec6::Fate::Dropped);
+                      }
+                    }
+                  }, true});
+
+  laws.push_back({"theSameSeedGivesTheSameDraws", "seed(s); pick == seed(s); pick",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    at::Tensor x = gen_logits(dev);
+                    const SamplingSettings s{gen_temperature(), 0, gen_top_p(), 1.0};
+                    const auto seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+                    at::manual_seed(seed);
+                    at::Tensor a = sut.pick(x, no_history(), s);
+                    at::manual_seed(seed);
+                    RC_ASSERT(a.equal(sut.pick(x, no_history(), s)));
+                  }, true});
+  return laws;
+}
+
+double chi_square_critical(int df, double alpha) {
+  double z;
+  if (alpha == 1e-2) z = 2.3263;
+  else if (alpha == 1e-3) z = 3.0902;
+  else if (alpha == 1e-4) z = 3.7190;
+  else throw std::invalid_argument("chi_square_critical: alpha must be 1e-2, 1e-3 or 1e-4");
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+std::vector<FixedCheck> fixed_checks() {
+  std::vector<FixedCheck> checks;
+  auto on = [](c10::Device dev, std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0).to(dev); };
+
+  // The seed's own self-check, shared with `tinygpt verify` (checks/selfcheck.cpp).
+  static const char* names[] = {"seedSelfCheckGreedyForms", "seedSelfCheckTopFive",
+                                "topPOverTheSeedDistributionDrawsExactlyTheTopTwo", "penaltyTwoOnTheSeedPairPicksTheRunnerUp"};
+  for (size_t k = 0; k < 4; ++k)
+    checks.push_back({names[k], "seed self-check item " + std::to_string(k),
+                      [k](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                        const auto items = checks::sampler_selfcheck(
+                            [&](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return sut.pick(l, h, s); },
+                            dev);
+                        return items.at(k).passed ? "" : items.at(k).name + ": " + items.at(k).detail;
+                      }});
+
+  checks.push_back({"drawsMatchTheSpec6Distribution",
+                    "chi-square(20000 draws vs the SPEC 6 model's p, every stage active) below the 1e-3 false-alarm critical value",
+                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      const int64_t N = 20000;
+                      const std::vector<float> logits = {2.0f, 1.6f, 1.3f, 1.0f, 0.8f, 0.5f, 0.3f, 0.1f, -0.2f, -0.5f, -1.0f, -2.0f};
+                      const std::vector<int64_t> hist = {0, 3, 3, 9};
+                      at::Tensor x = on(dev, logits);
+                      at::Tensor h = at::tensor(hist, at::kLong).unsqueeze(0).to(dev);
+                      const SamplingSettings s{0.9, 8, 0.9, 1.3};
+                      // Expected probabilities from the plain model, not the code under trial.
+                      const auto m = spec6::filter(logits, hist, {s.temperature, s.top_k, s.top_p, s.penalty}, kNucleusSlack);
+                      std::vector<bool> support(m.fate.size());
+                      for (size_t i = 0; i < support.size(); ++i) {
+                        if (m.fate[i] == spec6::Fate::Either) return "the fixed case sits on the nucleus boundary: choose another";
+                        support[i] = m.fate[i] == spec6::Fate::Kept;
+                      }
+                      const auto p = spec6::distribution(m.scores, support);
+                      at::manual_seed(12345);
+                      at::Tensor ids = sut.pick(x.repeat({N, 1}), h.repeat({N, 1}), s).to(at::kCPU);
+                      std::vector<double> count(p.size(), 0);
+                      for (int64_t i = 0; i < N; ++i) count[ids[i].item<int64_t>()] += 1;
+                      double chi2 = 0;
+                      int cats = 0;
+                      for (size_t i = 0; i < p.size(); ++i) {
+                        if (p[i] == 0) {
+                          if (count[i] > 0) return "drew id " + std::to_string(i) + " whose filtered p is 0";
+                          continue;
+                        }
+                        ++cats;
+                        const double e = N * p[i];
+                        chi2 += (count[i] - e) * (count[i] - e) / e;
+                      }
+                      const double crit = chi_square_critical(cats - 1, 1e-3);
+                      if (chi2 > crit) {
+                        std::ostringstream m;
+                        m << "chi-square " << chi2 << " > critical " << crit << " (df " << cats - 1 << ")";
+                        return m.str();
+                      }
+                      return "";
+                    }});
+  return checks;
+}
+
+}  // namespace tinygpt::props
