@@ -36,5 +36,6 @@ Command add_golden(CLI::App& app);
 Command add_verify(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_cross_device(CLI::App& app);
+Command add_conform(CLI::App& app);
 
 }  // namespace tinygpt::cli

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <mutex>
+
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -94,7 +96,12 @@ at::Tensor draw(const at::Tensor& scores, const c10::optional<at::Generator>& ge
 
 at::Generator make_generator(c10::Device device, uint64_t seed) {
   // A clone of the device's default generator: the same kind, a state of its own.
-  at::Generator g = at::globalContext().defaultGenerator(device).clone();
+  at::Generator def = at::globalContext().defaultGenerator(device);
+  at::Generator g;
+  {
+    std::lock_guard<std::mutex> lock(def.mutex());  // another thread may be drawing from it
+    g = def.clone();
+  }
   g.set_current_seed(seed);
   return g;
 }

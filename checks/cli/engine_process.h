@@ -1,0 +1,52 @@
+// A child process that speaks `tinygpt conform`'s line protocol: started through /bin/sh -c in a
+// process group of its own, one JSON object per line on its stdin and stdout, its stderr passed
+// through. Every failure to talk to it (it will not start, dies, answers something that is not one
+// JSON object, or is silent past the timeout) throws EngineUnusable, which `conform` maps to exit
+// 2; an `ok: false` answer is returned for the caller to judge. The destructor always ends the
+// child: `quit`, a short grace period, then SIGKILL to its group, and reaps it (no zombies).
+#pragma once
+
+#include <sys/types.h>
+
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace tinygpt::cli {
+
+struct EngineUnusable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses one response line: a JSON object with a boolean "ok", and a string "error" when ok is
+// false. Throws EngineUnusable naming the request otherwise. (Kept apart so it can be fuzzed.)
+nlohmann::json parse_response(const std::string& line, const std::string& op);
+
+class EngineProcess {
+ public:
+  EngineProcess(const std::string& command, double timeout_s);
+  ~EngineProcess();
+  EngineProcess(const EngineProcess&) = delete;
+  EngineProcess& operator=(const EngineProcess&) = delete;
+
+  // Sends `request` and returns the engine's one-line answer, parsed.
+  nlohmann::json call(const nlohmann::json& request);
+  // Sends quit and waits (up to the timeout) for a clean exit; true when it exited 0.
+  bool quit();
+  int64_t requests() const { return requests_; }
+  double bytes_sent() const { return sent_; }
+
+ private:
+  void write_all(const std::string& s, const std::string& op);
+  std::string read_line(const std::string& op);
+  void kill_and_reap();
+
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1;
+  double timeout_s_;
+  std::string buffer_;
+  int64_t requests_ = 0;
+  double sent_ = 0;
+};
+
+}  // namespace tinygpt::cli

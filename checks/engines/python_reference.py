@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""An example engine for `tinygpt conform`: the independent Python implementation of the series'
+GPT that the interop tests use (tests/interop/series_reference.py), with its own SPEC 6 sampler,
+behind protocol version 1 (one JSON object per line each way; see the README, "Verify an engine
+in any language"). Needs only Debian's python3-torch.
+
+Planted faults, one at a time, for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME):
+  rope-offset     decode steps rotate q and k at position 0 (the seed's first bug)
+  topleft-mask    a top-left causal mask on the single decode query: it sees key 0 only (the seed's second)
+  no-reset        `reset` does nothing: the next prefill continues the old sequence
+  top-p-boundary  the nucleus also drops the token whose own mass reaches top_p
+"""
+import json
+import math
+import os
+import pickle
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "interop"))
+import series_reference as ref  # noqa: E402
+
+FAULT = os.environ.get("TINYGPT_ENGINE_FAULT", "")
+FAULTS = ("", "rope-offset", "topleft-mask", "no-reset", "top-p-boundary")
+
+
+def topleft_forward(self, x, cache=None, start=0):
+    """Attention.forward with the seed's second bug: tril() without the offset, also for T = 1."""
+    B, T, C = x.shape
+    q, k, v = self.qkv(x).split(C, dim=-1)
+    q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))
+    q, k = ref.rope_at(q, start), ref.rope_at(k, start)
+    if cache is not None:
+        if "k" in cache:
+            k = torch.cat([cache["k"], k], dim=2)
+            v = torch.cat([cache["v"], v], dim=2)
+        cache["k"], cache["v"] = k[:, :, -self.context:], v[:, :, -self.context:]
+    att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    mask = torch.ones(T, k.shape[2], dtype=torch.bool).tril()
+    att = att.masked_fill(~mask, float("-inf"))
+    y = att.softmax(-1) @ v
+    return self.out(y.transpose(1, 2).reshape(B, T, C))
+
+
+class Engine:
+    def __init__(self):
+        self.model = None
+        self.reset()
+
+    def reset(self):
+        self.caches, self.pos = None, 0
+
+    def load(self, req):
+        if req.get("format") != "pt":
+            raise ValueError("this engine loads format pt only")
+        try:
+            ck = torch.load(req["checkpoint"], map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            # torch 1.13's weights-only unpickler lacks BINFLOAT (the config's dropout); the file
+            # is the one the suite just wrote, so the full unpickler is safe here.
+            ck = torch.load(req["checkpoint"], map_location="cpu")
+        model = ref.GPT(ck["config"]).eval()
+        model.load_state_dict(ck["model"])
+        if FAULT == "topleft-mask":
+            for b in model.blocks:
+                b.attn.forward = topleft_forward.__get__(b.attn)
+        self.model = model
+        self.reset()
+
+    @torch.no_grad()
+    def run(self, ids, is_step):
+        if self.model is None:
+            raise ValueError("no model loaded")
+        x = torch.tensor(ids, dtype=torch.long)
+        if x.dim() != 2 or x.shape[1] < 1 or (is_step and x.shape[1] != 1):
+            raise ValueError("ids must be B rows of equal length (1 for step)")
+        if self.caches is None:
+            self.caches = [{} for _ in self.model.blocks]
+        start = 0 if (is_step and FAULT == "rope-offset") else self.pos
+        logits = self.model(x, self.caches, start)[:, -1]  # (B, V)
+        self.pos += x.shape[1]
+        return logits.tolist()
+
+
+def sample(req):
+    """SPEC 6 in the seed's order: penalty, temperature, top-k, top-p, then multinomial."""
+    x = torch.tensor([[float(v) for v in row] for row in req["logits"]], dtype=torch.float32)  # (B, V)
+    B, V = x.shape
+    hist = req.get("history") or [[] for _ in range(B)]
+    t, k, p, r = float(req["temperature"]), int(req["top_k"]), float(req["top_p"]), float(req["penalty"])
+    n = int(req["n"])
+    if r != 1.0:
+        for b in range(B):
+            seen = torch.tensor(sorted(set(hist[b])), dtype=torch.long)
+            if seen.numel():
+                s = x[b, seen]
+                x[b, seen] = torch.where(s > 0, s / r, s * r)
+    if t == 0:
+        return x.argmax(-1, keepdim=True).repeat(1, n).tolist()
+    x = x / t
+    if 0 < k < V:
+        kth = x.topk(k, dim=-1).values[:, -1:]
+        x = x.masked_fill(x < kth, float("-inf"))
+    if p < 1.0:
+        srt, order = torch.sort(x, dim=-1, descending=True, stable=True)
+        probs = srt.softmax(-1)
+        upto = probs.cumsum(-1)
+        drop = (upto >= p) if FAULT == "top-p-boundary" else (upto - probs >= p)
+        drop[:, 0] = False
+        x = x.scatter(-1, order, srt.masked_fill(drop, float("-inf")))
+    g = torch.Generator().manual_seed(int(req["seed"]))
+    return torch.multinomial(x.softmax(-1), n, replacement=True, generator=g).tolist()
+
+
+def main():
+    if FAULT not in FAULTS:
+        sys.exit("python_reference.py: unknown TINYGPT_ENGINE_FAULT %r" % FAULT)
+    engine = Engine()
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req.get("op")
+        if op == "quit":
+            return
+        try:
+            if op == "hello":
+                out = {"ok": True, "name": "python-reference" + (" (fault %s)" % FAULT if FAULT else ""), "formats": ["pt"]}
+            elif op == "load":
+                engine.load(req)
+                out = {"ok": True}
+            elif op == "reset":
+                if FAULT != "no-reset":
+                    engine.reset()
+                out = {"ok": True}
+            elif op in ("prefill", "step"):
+                out = {"ok": True, "logits": engine.run(req["ids"], op == "step")}
+            elif op == "sample":
+                out = {"ok": True, "ids": sample(req)}
+            else:
+                out = {"ok": False, "error": "unknown op %r" % op}
+        except Exception as e:  # the suite reports it against the request that caused it
+            out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
