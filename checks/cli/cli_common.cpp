@@ -1,5 +1,7 @@
 #include "cli_common.h"
 
+#include <cmath>
+
 #include <ATen/ATen.h>
 #include <sstream>
 #include <stdexcept>
@@ -9,12 +11,32 @@
 
 namespace tinygpt::cli {
 
+namespace {
+CLI::Validator number_check(bool zero_ok) {
+  return CLI::Validator(
+      [zero_ok](std::string& v) -> std::string {
+        try {
+          size_t used = 0;
+          const double x = std::stod(v, &used);
+          if (used == v.size() && std::isfinite(x) && (zero_ok ? x >= 0 : x > 0)) return "";
+        } catch (const std::exception&) {
+        }
+        return std::string(zero_ok ? "must be a number >= 0" : "must be a number > 0") + " (got '" + v + "')";
+      },
+      zero_ok ? "NUMBER>=0" : "NUMBER>0");
+}
+}  // namespace
+
+const CLI::Validator kPositive = number_check(false);
+const CLI::Validator kNonNegative = number_check(true);
+
+
 void add_run_options(CLI::App* cmd, RunOptions& opts) {
   cmd->add_option("--device", opts.device, "cpu, cuda or cuda:N (CUDA needs a CUDA LibTorch)")
       ->capture_default_str();
   cmd->add_option("--threads", opts.threads,
                   "intra-op CPU threads (default: the cores this process may use)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 }
 
 c10::Device apply_run_options(const RunOptions& opts) {

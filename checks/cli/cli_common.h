@@ -24,6 +24,10 @@ struct RunOptions {
   int threads = 0;  // 0 = the cores available
 };
 
+// Option checks with one readable message: a number > 0, a number >= 0.
+extern const CLI::Validator kPositive;
+extern const CLI::Validator kNonNegative;
+
 // Adds --device and --threads to a subcommand.
 void add_run_options(CLI::App* cmd, RunOptions& opts);
 // Applies --threads and resolves --device (clear error if CUDA is missing).

@@ -31,12 +31,12 @@ Command add_bench(CLI::App& app) {
       "actually loaded). Numbers vary between runs on shared machines: compare ratios from one run.\n"
       "With --profile: where one batch-1 decode step's time goes, per cache.");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   cmd->add_option("--cache", o->bench.caches, "caches to time, comma-separated (see `tinygpt equivalence --help`)")
       ->delimiter(',')->capture_default_str();
-  cmd->add_option("--prompt-len", o->bench.prompt_len, "random prompt length")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--prompt-len", o->bench.prompt_len, "random prompt length")->capture_default_str()->check(kPositive);
   cmd->add_flag("--no-uncached", o->no_uncached, "skip the uncached loop (its 1024-token rows take minutes at batch 16)");
   cmd->add_flag("--profile", o->profile, "also break one batch-1 decode step down into its parts, per cache");
   cmd->add_option("--json", o->json, "write {machine, rows, memory, peak_rss_bytes[, profile]} here (atomically)");

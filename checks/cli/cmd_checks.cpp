@@ -29,9 +29,9 @@ void add_check_options(CLI::App* cmd, CheckOptions& o) {
   cmd->add_option("--ids", o.ids, "prompt as comma-separated token ids")->capture_default_str();
   cmd->add_option("--prompt", o.prompt, "prompt text instead of --ids (needs --tokenizer)");
   cmd->add_option("--tokenizer", o.tokenizer, "tokenizer.json for --prompt")->check(CLI::ExistingFile);
-  cmd->add_option("--tokens", o.tokens, "greedy tokens to generate")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o.tokens, "greedy tokens to generate")->capture_default_str()->check(kPositive);
   cmd->add_option("--batch", o.batch, "rows (row b uses the prompt shifted by b ids, so rows differ)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   cmd->add_option("--json", o.json, "write the JSON report here (atomically)");
   add_model_options(cmd, o.model);
   add_run_options(cmd, o.run);
@@ -93,10 +93,10 @@ Command add_inject(CLI::App& app) {
       "mutation score. Exits 1 if any fault is missed by every check or by a check that must catch it\n"
       "(MISSED!), or if a production cache (the negative controls) fails a check.");
   cmd->add_option("--fault", *fault, "fault name, or all")->capture_default_str();
-  cmd->add_option("--drift-tokens", io->drift_tokens, "greedy tokens for the drift measure")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--drift-tokens", io->drift_tokens, "greedy tokens for the drift measure")->capture_default_str()->check(kPositive);
   cmd->add_option("--fault-tokens", io->fault_tokens,
                   "new tokens of each fault's run (0: --tokens; context + 64 reaches every past-window fault)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()->check(kNonNegative);
   add_check_options(cmd, *o);
   return {cmd, [o, fault, io] {
             const c10::Device dev = apply_run_options(o->run);
@@ -139,7 +139,7 @@ Command add_cross_device(CLI::App& app) {
       "the full forward's logits and each device's cached greedy loop, compared by normalised mean squared\n"
       "error (at most 1e-6), and greedy tokens identical up to the first near-tie. Exits 1 otherwise.");
   cmd->add_option("--ids", o->ids, "prompt as comma-separated token ids")->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "greedy tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->tokens, "greedy tokens")->capture_default_str()->check(kPositive);
   cmd->add_option("--cache", o->cache, "cache implementation on both devices")->capture_default_str();
   cmd->add_option("--json", o->json, "write the per-position NMSE and the verdict here (atomically)");
   add_model_options(cmd, o->model);

@@ -243,12 +243,12 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint, "model to check on (.pt or .safetensors; default: the shipped fixture)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--tokens", o->tokens, "greedy tokens of the main run (past the window when > context - 3)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   cmd->add_option("--tolerance", o->tolerance, "largest |logit difference| allowed against the reference")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(kPositive);
   cmd->add_flag("--no-past-window", o->no_past_window,
                 "never step past the context: for engines with other long-sequence semantics (the check is skipped, and said)");
-  cmd->add_option("--timeout", o->timeout, "seconds to wait for each answer")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", o->timeout, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
   cmd->add_option("--checks", o->checks, "run only these groups: tokens, logits, past-window, reset, batch, sampler (default all)")
       ->delimiter(',')->check(CLI::IsMember([] { auto v = kCheckGroups; v.push_back("all"); return v; }()));
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");

@@ -110,10 +110,10 @@ Command add_train(CLI::App& app) {
   cmd->add_option("--corpus", o->corpus, "UTF-8 text file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", o->out_dir, "output directory")->required();
-  cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o->batch, "windows per step")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--eval-every", o->eval_every, "steps between validations")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str()->check(kPositive);
+  cmd->add_option("--batch", o->batch, "windows per step")->capture_default_str()->check(kPositive);
+  cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str()->check(kPositive);
+  cmd->add_option("--eval-every", o->eval_every, "steps between validations")->capture_default_str()->check(kPositive);
   cmd->add_option("--seed", o->seed, "seed of weights, windows and validation batches")->capture_default_str();
   cmd->add_option("--max-minutes", o->max_minutes, "stop (saved) after this long; 0 = no limit")->capture_default_str();
   cmd->add_flag("--resume", o->resume, "continue from --out's last checkpoint");

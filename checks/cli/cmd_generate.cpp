@@ -43,8 +43,8 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--ids", o->ids, "prompt as comma-separated token ids")->capture_default_str();
   cmd->add_option("--prompt", o->prompt, "prompt text (needs --tokenizer); prints text");
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(CLI::ExistingFile);
-  cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(kNonNegative);
+  cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(kPositive);
   cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
   cmd->add_option("--cache", o->cache, "cache implementation: static (fastest), rolling (the series'), or a fault name to see its effect")
       ->capture_default_str();
@@ -60,6 +60,10 @@ Command add_generate(CLI::App& app) {
             GPT model = load_model(o->model, dev);
             const auto ids = prompt_ids(o->ids, o->prompt, tok.get(), model->config().vocab_size);
             at::Tensor prompt = ids_tensor(ids, o->batch, dev);
+            const int64_t ctx = model->config().context;
+            if (static_cast<int64_t>(ids.size()) > ctx)
+              std::cerr << "generate: note: the prompt has " << ids.size() << " ids, more than the context of " << ctx
+                        << ": the model sees its last " << ctx << " (SPEC 4); the output keeps the whole prompt\n";
             const TokenChooser choose = sampler(o->sampling, make_generator(dev, o->seed));
             at::Tensor out;
             if (o->uncached) {

@@ -86,7 +86,7 @@ Command add_sample_grid(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the shipped fixture's)")->check(CLI::ExistingFile);
   cmd->add_option("--prompt", o->prompt, "prompt text")->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--tokens", o->tokens, "new tokens per row")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->tokens, "new tokens per row")->capture_default_str()->check(kPositive);
   cmd->add_option("--json", o->json, "write rows (settings, ids, text) here");
   add_run_options(cmd, o->run);
   return {cmd, [o] {
@@ -158,7 +158,7 @@ Command add_verify(CLI::App& app) {
   o->fixture.add(cmd, "golden folder (default: the shipped fixture's)");
   cmd->add_option("--json", o->json, "JSON report path")->capture_default_str();
   cmd->add_option("--junit", o->junit, "also write JUnit XML here");
-  cmd->add_option("--tokens", o->tokens, "greedy tokens for the cache checks")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->tokens, "greedy tokens for the cache checks")->capture_default_str()->check(kPositive);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);

@@ -1,11 +1,13 @@
 // The tinygpt command line. Only this file catches: library code throws, and each error becomes
-// one line on stderr and an exit code (0 ok, 1 a check failed, 2 bad input, 3 runtime error).
+// one line on stderr and an exit code (0 ok, 1 a check failed, 2 bad input: an argument or a
+// file the user gave, 3 runtime error).
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <stdexcept>
 
 #include "cli_common.h"
 #include "commands.h"
+#include "tinygpt/errors.h"
 
 int main(int argc, char** argv) {
   using namespace tinygpt::cli;
@@ -19,8 +21,14 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
     return run_selected(app);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? kOk : kBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // One line, as for every other bad input (CLI11 would add "Run with --help ...").
+    std::cerr << "tinygpt: error: " << e.what() << " (see --help)\n";
+    return kBadInput;
   } catch (const std::invalid_argument& e) {
+    std::cerr << "tinygpt: error: " << e.what() << "\n";
+    return kBadInput;
+  } catch (const tinygpt::InputError& e) {  // a file the user named is not what it claims
     std::cerr << "tinygpt: error: " << e.what() << "\n";
     return kBadInput;
   } catch (const std::exception& e) {

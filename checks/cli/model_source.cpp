@@ -1,5 +1,7 @@
 #include "model_source.h"
 
+#include "tinygpt/errors.h"
+
 #include <iostream>
 
 #include "tinygpt/safetensors.h"
@@ -26,7 +28,7 @@ GPT load_model(const ModelSource& src, c10::Device device) {
   try {
     load_weights(model, ck.tensors, &notes);
   } catch (const std::exception& e) {
-    throw std::runtime_error(src.checkpoint + ": " + e.what());
+    throw InputError(src.checkpoint + ": " + e.what());
   }
   if (!notes.empty()) std::cerr << "tinygpt: note: " << notes.size() << " tensors converted (" << notes.front() << ", ...)\n";
   model->to(device);

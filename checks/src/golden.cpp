@@ -11,6 +11,7 @@
 #include "sample_grid.h"
 #include "tinygpt/checks/selfcheck.h"
 #include "tinygpt/device.h"
+#include "tinygpt/errors.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/safetensors.h"
 
@@ -146,8 +147,8 @@ GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& wa
     // Compare logits id by id where both top-5 lists hold the id.
     for (int k = 0; k < kDigestTop; ++k)
       for (int m = 0; m < kDigestTop; ++m)
-        if (wd["top_ids"][s][k] == gd["top_ids"][s][m])
-          r.worst_logit_diff = std::max(r.worst_logit_diff, std::abs(wd["top_logits"][s][k].get<double>() - gd["top_logits"][s][m].get<double>()));
+        if (wd.at("top_ids").at(s).at(k) == gd["top_ids"][s][m])
+          r.worst_logit_diff = std::max(r.worst_logit_diff, std::abs(wd.at("top_logits").at(s).at(k).get<double>() - gd["top_logits"][s][m].get<double>()));
   }
   char fig[96];
   std::snprintf(fig, sizeof fig, "largest logit diff %.2e", r.worst_logit_diff);
@@ -160,8 +161,8 @@ GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& wa
     std::string where = "first mismatch at position " + std::to_string(first) + ": expected " + std::to_string(wi[first]) +
                         " " + piece(tok, wi[first]) + ", got " + (first < gi.size() ? std::to_string(gi[first]) + " " + piece(tok, gi[first]) : "nothing") +
                         "; expected text: \"" + around(tok, wi, first) + "\", got: \"" + (first < gi.size() ? around(tok, gi, first) : "") + "\"";
-    const bool near_tie = first < gi.size() && step < wd["top_ids"].size() && step < gd["top_ids"].size() &&
-                          in(gd["top_ids"][step], wi[first], kNearTieTopN) && in(wd["top_ids"][step], gi[first], kNearTieTopN);
+    const bool near_tie = first < gi.size() && step < wd.at("top_ids").size() && step < gd["top_ids"].size() &&
+                          in(gd["top_ids"][step], wi[first], kNearTieTopN) && in(wd.at("top_ids").at(step), gi[first], kNearTieTopN);
     if (same_env || !near_tie) {
       r.passed = false;
       r.detail = where + "; " + fig + (same_env ? " (same environment: tokens must be exact)" : " (not a near-tie)");
@@ -176,8 +177,12 @@ GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& wa
 
 nlohmann::json read_json(const fs::path& p) {
   std::ifstream in(p);
-  if (!in) throw std::runtime_error(p.string() + ": golden file missing (run `tinygpt golden update`)");
-  return nlohmann::json::parse(in);
+  if (!in) throw InputError(p.string() + ": golden file missing (run `tinygpt golden update`)");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(p.string() + ": not valid JSON (" + e.what() + ")");
+  }
 }
 
 }  // namespace
@@ -228,7 +233,7 @@ Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer
   try {
     load_weights(fx.model, c.tensors);
   } catch (const std::exception& e) {
-    throw std::runtime_error(checkpoint + ": " + e.what());
+    throw InputError(checkpoint + ": " + e.what());
   }
   fx.model->to(device);
   fx.model->eval();
@@ -300,12 +305,16 @@ std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device dev, const
                                              const Reference* uncached) {
   std::vector<GoldenCaseResult> out;
   const std::string suffix = variant ? " [" + variant->name + "]" : "";
+  // Every recorded file is read once before the minutes of computing: a missing or broken one
+  // is named at once.
+  for (const char* f : {"greedy_600.json", "sample_grid.json", "sampler_selfcheck.json"}) read_json(fs::path(fx.dir) / f);
   for (const auto& [file, fresh] : compute_goldens(fx, dev, variant, uncached)) {
     const nlohmann::json want = read_json(fs::path(fx.dir) / file);
+    try {  // a recorded file with fields missing or of the wrong type is named, not a crash
     const bool same = Provenance::from_json(want.at("provenance")).same_environment(Provenance::from_json(fresh.at("provenance")));
     const std::string c = want.at("case");
-    if (want.contains("model") && want["model"] != fresh["model"]) {
-      out.push_back({c + suffix, false, "recorded for another model (weights digest " + want["model"].get<std::string>() +
+    if (want.contains("model") && want.at("model") != fresh["model"]) {
+      out.push_back({c + suffix, false, "recorded for another model (weights digest " + want.at("model").get<std::string>() +
                                             ", this model's " + fresh["model"].get<std::string>() + ")", 0});
       continue;
     }
@@ -314,39 +323,42 @@ std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device dev, const
       for (const auto& got : fresh["rows"]) {
         const std::string name = got["name"];
         const nlohmann::json* w = nullptr;
-        for (const auto& row : want["rows"])
-          if (row["name"] == name) w = &row;
+        for (const auto& row : want.at("rows"))
+          if (row.at("name") == name) w = &row;
         if (!w) {
           out.push_back({c + "/" + name + suffix, false, "no recorded golden for this case (run `tinygpt golden update`)", 0});
           continue;
         }
         out.push_back(compare_trace(c + "/" + name + suffix, *w, got, same, fx.tokenizer));
       }
-      for (const auto& row : want["rows"]) {
+      for (const auto& row : want.at("rows")) {
         bool computed = false;
-        for (const auto& got : fresh["rows"]) computed |= got["name"] == row["name"];
+        for (const auto& got : fresh["rows"]) computed |= got["name"] == row.at("name");
         if (!computed && !variant)
-          out.push_back({c + "/" + row["name"].get<std::string>(), false, "recorded but no longer computed", 0});
+          out.push_back({c + "/" + row.at("name").get<std::string>(), false, "recorded but no longer computed", 0});
       }
     } else {
-      for (size_t i = 0; i < want["items"].size(); ++i) {
-        const auto& w = want["items"][i];
+      for (size_t i = 0; i < want.at("items").size(); ++i) {
+        const auto& w = want.at("items").at(i);
         const auto& g = fresh["items"].at(i);
-        GoldenCaseResult r{c + "/" + w["name"].get<std::string>(), g["passed"].get<bool>(), "", 0};
+        GoldenCaseResult r{c + "/" + w.at("name").get<std::string>(), g["passed"].get<bool>(), "", 0};
         if (!r.passed) r.detail = "the self-check itself fails: " + g.value("detail", std::string("?"));
-        else if (same && w["draws"] != g["draws"]) {
+        else if (same && w.at("draws") != g["draws"]) {
           r.passed = false;
-          const auto wd = w["draws"].get<std::vector<int64_t>>(), gd = g["draws"].get<std::vector<int64_t>>();
+          const auto wd = w.at("draws").get<std::vector<int64_t>>(), gd = g["draws"].get<std::vector<int64_t>>();
           size_t k = 0;
           while (k < std::min(wd.size(), gd.size()) && wd[k] == gd[k]) ++k;
           r.detail = "draw " + std::to_string(k) + " differs: expected " + (k < wd.size() ? std::to_string(wd[k]) : "none") +
                      ", got " + (k < gd.size() ? std::to_string(gd[k]) : "none");
         } else {
           r.detail = !same ? "invariants hold (draws not compared across environments)"
-                     : w["draws"].empty() ? "holds (no draws recorded)" : std::to_string(w["draws"].size()) + " draws identical";
+                     : w.at("draws").empty() ? "holds (no draws recorded)" : std::to_string(w.at("draws").size()) + " draws identical";
         }
         out.push_back(r);
       }
+    }
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError((fs::path(fx.dir) / file).string() + ": malformed golden file (" + e.what() + ")");
     }
   }
   return out;

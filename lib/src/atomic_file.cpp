@@ -1,4 +1,5 @@
 #include "tinygpt/atomic_file.h"
+#include "tinygpt/errors.h"
 
 #include <unistd.h>
 
@@ -21,14 +22,14 @@ void write_atomically_via(const std::string& path, const std::function<void(cons
   std::filesystem::rename(tmp, path, ec);
   if (ec) {
     std::filesystem::remove(tmp, ec);
-    throw std::runtime_error(path + ": cannot move the written file into place");
+    throw InputError(path + ": cannot move the written file into place");
   }
 }
 
 void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& body) {
   write_atomically_via(path, [&](const std::string& tmp) {
     std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw std::runtime_error(path + ": cannot create " + tmp);
+    if (!out) throw InputError(path + ": cannot create " + tmp);
     body(out);
     out.flush();
     if (!out) throw std::runtime_error(path + ": write failed (disk full?)");

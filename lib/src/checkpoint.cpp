@@ -1,4 +1,5 @@
 #include "tinygpt/checkpoint.h"
+#include "tinygpt/errors.h"
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
@@ -15,7 +16,7 @@ namespace tinygpt {
 namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error(path + ": " + what);
+  throw InputError(path + ": " + what);
 }
 
 // A pickle value, restricted to what torch.save writes for a state-dict checkpoint.
@@ -336,7 +337,7 @@ void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tenso
     return s;
   };
   if (!missing.empty() || !unexpected.empty())
-    throw std::runtime_error("state dict does not match the model: missing [" + list(missing) + "], unexpected [" +
+    throw InputError("state dict does not match the model: missing [" + list(missing) + "], unexpected [" +
                              list(unexpected) + "]");
   std::map<std::string, at::Tensor> ready;
   for (const auto& [name, t] : got) {
@@ -344,22 +345,22 @@ void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tenso
     if (t.sizes() != target.sizes()) {
       std::ostringstream s;
       s << name << ": shape mismatch, expected " << target.sizes() << ", got " << t.sizes();
-      throw std::runtime_error(s.str());
+      throw InputError(s.str());
     }
     at::Tensor f = t;
     if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) {
       if (notes) notes->push_back(name + ": converted " + std::string(c10::toString(t.scalar_type())) + " to float32");
       f = t.to(at::kFloat);
     } else if (t.scalar_type() != at::kFloat) {
-      throw std::runtime_error(name + ": dtype " + std::string(c10::toString(t.scalar_type())) +
+      throw InputError(name + ": dtype " + std::string(c10::toString(t.scalar_type())) +
                                " refused (float32, float16 and bfloat16 are accepted)");
     }
     const int64_t bad = (~at::isfinite(f)).sum().item<int64_t>();
-    if (bad) throw std::runtime_error(name + ": " + std::to_string(bad) + " NaN or Inf values");
+    if (bad) throw InputError(name + ": " + std::to_string(bad) + " NaN or Inf values");
     ready[name] = f;
   }
   if (!ready["head.weight"].equal(ready["emb.weight"]))
-    throw std::runtime_error("head.weight differs from emb.weight: the series ties the head to the embedding");
+    throw InputError("head.weight differs from emb.weight: the series ties the head to the embedding");
   at::NoGradGuard no_grad;
   for (auto& [name, t] : want)
     if (name != "head.weight") t.copy_(ready[name]);
@@ -371,7 +372,7 @@ GPT load_checkpoint(const std::string& path, c10::Device device, std::vector<std
   try {
     load_weights(model, ck.tensors, notes);
   } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": " + e.what());
+    throw InputError(path + ": " + e.what());
   }
   model->to(device);
   model->eval();

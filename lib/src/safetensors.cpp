@@ -1,4 +1,5 @@
 #include "tinygpt/safetensors.h"
+#include "tinygpt/errors.h"
 
 #include "tinygpt/atomic_file.h"
 
@@ -15,7 +16,7 @@ namespace tinygpt {
 namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::runtime_error(path + ": " + what);
+  throw InputError(path + ": " + what);
 }
 
 const std::map<std::string, at::ScalarType>& dtypes() {

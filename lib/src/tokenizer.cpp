@@ -1,5 +1,6 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "tinygpt/tokenizer.h"
+#include "tinygpt/errors.h"
 
 #include "tinygpt/atomic_file.h"
 
@@ -61,25 +62,25 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Tokenizer Tokenizer::load(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot open tokenizer file");
+  if (!in) throw InputError(path + ": cannot open tokenizer file");
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(in);
   } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": not valid JSON (" + e.what() + ")");
+    throw InputError(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object() || !j.contains("merges") || !j["merges"].is_array())
-    throw std::runtime_error(path + ": expected {\"merges\": [[a, b], ...]}");
+    throw InputError(path + ": expected {\"merges\": [[a, b], ...]}");
   std::vector<std::pair<int64_t, int64_t>> merges;
   for (const auto& m : j["merges"]) {
     if (!m.is_array() || m.size() != 2 || !m[0].is_number_integer() || !m[1].is_number_integer())
-      throw std::runtime_error(path + ": merge " + std::to_string(merges.size()) + " is not a pair of integers");
+      throw InputError(path + ": merge " + std::to_string(merges.size()) + " is not a pair of integers");
     merges.emplace_back(m[0].get<int64_t>(), m[1].get<int64_t>());
   }
   try {
     return Tokenizer(std::move(merges));
   } catch (const std::invalid_argument& e) {
-    throw std::runtime_error(path + ": " + e.what());
+    throw InputError(path + ": " + e.what());
   }
 }
 
