@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
   python3-torch python3-regex        # an independent PyTorch for the interop tests
   bible-kjv                          # the fixture corpus (SPEC 9)
+  chromium                           # headless, renders the HTML report in its test
 )
 
 missing=()

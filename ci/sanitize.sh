@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/install.sh
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTINYGPT_SANITIZE=address,undefined >/dev/null
-cmake --build build-asan
+cmake --build build-asan --target tinygpt unit_model interop_files check_harness  # what the selected tests run
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:abort_on_error=1:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$PWD/ci/ubsan.supp}
 export OMP_WAIT_POLICY=PASSIVE

@@ -28,6 +28,14 @@ CLI::Validator number_check(bool zero_ok) {
 }  // namespace
 
 const CLI::Validator kPositive = number_check(false);
+
+void ReportFiles::add(CLI::App* cmd, bool bench) {
+  cmd->add_option("--html", html, "also write a self-contained HTML report (plots, matrix, tables) here");
+  cmd->add_option("--markdown", markdown, "also write the summary as Markdown (verdict on the first line) here");
+  if (bench)
+    cmd->add_option("--bench-json", bench_json, "put this `tinygpt bench --json` report's table and chart in the HTML/Markdown")
+        ->check(CLI::ExistingFile);
+}
 const CLI::Validator kNonNegative = number_check(true);
 
 

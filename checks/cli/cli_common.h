@@ -28,6 +28,14 @@ struct RunOptions {
 extern const CLI::Validator kPositive;
 extern const CLI::Validator kNonNegative;
 
+// --html FILE, --markdown FILE (and --bench-json FILE where the report can carry a bench): the
+// human views of a command's report.
+struct ReportFiles {
+  std::string html, markdown, bench_json;
+  void add(CLI::App* cmd, bool bench);
+  bool any() const { return !html.empty() || !markdown.empty(); }
+};
+
 // Adds --device and --threads to a subcommand.
 void add_run_options(CLI::App* cmd, RunOptions& opts);
 // Applies --threads and resolves --device (clear error if CUDA is missing).

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "report_files.h"
 #include "cross_device.h"
 #include "tinygpt/checks/data.h"
 #include "commands.h"
@@ -23,6 +24,7 @@ struct CheckOptions {
   int64_t batch = 1;
   std::string cache = "rolling";
   std::string json;
+  ReportFiles report;
 };
 
 void add_check_options(CLI::App* cmd, CheckOptions& o) {
@@ -33,6 +35,7 @@ void add_check_options(CLI::App* cmd, CheckOptions& o) {
   cmd->add_option("--batch", o.batch, "rows (row b uses the prompt shifted by b ids, so rows differ)")
       ->capture_default_str()->check(kPositive);
   cmd->add_option("--json", o.json, "write the JSON report here (atomically)");
+  o.report.add(cmd, /*bench=*/false);
   add_model_options(cmd, o.model);
   add_run_options(cmd, o.run);
 }
@@ -78,6 +81,16 @@ Command add_equivalence(CLI::App& app) {
             const auto r = checks::check_equivalence(model, opts, ref, variant);
             std::cout << checks::format_equivalence(r);
             if (!o->json.empty()) checks::write_json_atomically(o->json, checks::to_json(r));
+            if (o->report.any()) {
+              checks::ReportInput in;
+              in.command = "equivalence";
+              in.subject = "cache " + variant.name + ", " + std::to_string(opts.tokens) + " tokens, batch " + std::to_string(o->batch);
+              for (const auto& c : r.checks) in.rows.push_back({c.name, c.passed, c.detail, c.seconds});
+              in.single = &r;
+              in.provenance = report_provenance(dev);
+              in.context = model->config().context;
+              write_reports(o->report, in);
+            }
             return r.passed() ? int(kOk) : int(kCheckFailed);
           }};
 }
@@ -120,6 +133,27 @@ Command add_inject(CLI::App& app) {
             std::cout << checks::format_injection(rep);
             for (const auto& f : rep.faults) std::cout << "  " << f.fault << ": " << f.description << "\n";
             if (!o->json.empty()) checks::write_json_atomically(o->json, checks::to_json(rep));
+            if (o->report.any()) {
+              checks::ReportInput in;
+              in.command = "inject";
+              in.subject = std::to_string(rep.faults.size()) + (rep.faults.size() == 1 ? " fault, " : " faults, ") + std::to_string(opts.tokens) + " tokens";
+              for (const auto& c : rep.controls)
+                in.rows.push_back({"negative control " + c.cache, c.passed(), c.passed() ? "every check passes" : "a check fails", 0});
+              for (const auto& f : rep.faults) {
+                double sec = 0;
+                for (const auto& c : f.checks) sec += c.seconds;
+                const auto missed = f.missed_expected();
+                in.rows.push_back({"fault " + f.fault, f.caught() && missed.empty(),
+                                   !f.caught() ? "missed by every check"
+                                   : !missed.empty() ? "MISSED by " + missed.front()
+                                                     : "caught; " + (f.drift_after ? "drifts after " + std::to_string(*f.drift_after) + " tokens" : std::string("no token drift in ") + std::to_string(f.drift_window)),
+                                   sec});
+              }
+              in.injection = &rep;
+              in.provenance = report_provenance(dev);
+              in.context = model->config().context;
+              write_reports(o->report, in);
+            }
             return rep.passed() ? int(kOk) : int(kCheckFailed);
           }};
 }

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "engine_process.h"
 #include "report.h"
+#include "report_files.h"
 #include "tinygpt/checks/data.h"
 #include "tinygpt/checks/equivalence.h"
 #include "tinygpt/laws/sampler_laws.h"
@@ -222,6 +223,7 @@ struct ConformOptions {
   double timeout = 30;
   std::string json, junit;
   std::vector<std::string> checks{"all"};
+  ReportFiles report;
 };
 
 const std::vector<std::string> kCheckGroups = {"tokens", "logits", "past-window", "reset", "batch", "sampler"};
@@ -253,6 +255,7 @@ Command add_conform(CLI::App& app) {
       ->delimiter(',')->check(CLI::IsMember([] { auto v = kCheckGroups; v.push_back("all"); return v; }()));
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");
+  o->report.add(cmd, /*bench=*/false);
   add_run_options(cmd, *run_opts);
   return {cmd, [o, run_opts] {
             apply_run_options(*run_opts);
@@ -439,6 +442,16 @@ Command add_conform(CLI::App& app) {
                                                       {"tolerance", tol}, {"past_window", !o->no_past_window},
                                                       {"rows", checks::to_json(rows)}});
             if (!o->junit.empty()) checks::write_junit(o->junit, rows);
+            if (o->report.any()) {
+              checks::ReportInput in;
+              in.command = "conform";
+              in.subject = "engine '" + name + "' (" + o->engine + ") on " + path;
+              in.rows = rows;
+              in.provenance = report_provenance(c10::Device(c10::kCPU));
+              in.context = ctx;
+              in.tolerance = tol;
+              write_reports(o->report, in);
+            }
             if (fatal) {
               std::cerr << "tinygpt: error: " << *fatal << "\n";
               return int(kBadInput);

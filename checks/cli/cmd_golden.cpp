@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "report_files.h"
 #include "commands.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/inject.h"
@@ -145,6 +146,7 @@ Command add_verify(CLI::App& app) {
     FixtureOptions fixture;
     std::string json = "tinygpt-verify.json", junit;
     int64_t tokens = 600;
+    ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -159,9 +161,11 @@ Command add_verify(CLI::App& app) {
   cmd->add_option("--json", o->json, "JSON report path")->capture_default_str();
   cmd->add_option("--junit", o->junit, "also write JUnit XML here");
   cmd->add_option("--tokens", o->tokens, "greedy tokens for the cache checks")->capture_default_str()->check(kPositive);
+  o->report.add(cmd, /*bench=*/true);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
+            const nlohmann::json bench = read_bench_json(o->report.bench_json);  // a bad file fails before the run
             auto say = [](const std::string& s) { std::cerr << "verify: " << s << "\n"; };
             checks::Fixture fx = o->fixture.load(dev, /*need_dir=*/false);
             say("model " + (o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint) + ", weights digest " +
@@ -225,6 +229,19 @@ Command add_verify(CLI::App& app) {
             doc["fault_matrix"] = checks::to_json(rep);
             checks::write_json_atomically(o->json, doc);
             if (!o->junit.empty()) checks::write_junit(o->junit, rows);
+            if (o->report.any()) {
+              checks::ReportInput in;
+              in.command = "verify";
+              in.subject = "model " + (o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint) +
+                           " (weights digest " + checks::model_digest(fx.model) + "), " + std::to_string(o->tokens) +
+                           " greedy tokens from ids [1, 2, 3]";
+              in.rows = rows;
+              in.injection = &rep;
+              in.bench = bench;
+              in.provenance = report_provenance(dev);
+              in.context = fx.model->config().context;
+              write_reports(o->report, in);
+            }
             bool ok = true;
             for (const auto& r : rows) ok &= r.passed;
             return ok ? int(kOk) : int(kCheckFailed);

@@ -1,0 +1,404 @@
+#include "html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "tinygpt/atomic_file.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string num(double v, const char* f = "%.3g") {
+  char b[48];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// Okabe-Ito colours (distinct for colour-blind readers) with dash patterns, so the lines stay
+// apart in greyscale too.
+struct Style {
+  const char* stroke;
+  const char* dash;
+  double width;
+};
+const Style kControl{"#000000", "", 2.2};
+const Style kFaults[] = {{"#D55E00", "7 4", 1.8}, {"#0072B2", "2 3", 2.0}, {"#009E73", "10 3 2 3", 1.8},
+                         {"#CC79A7", "4 2", 1.8}, {"#E69F00", "1 2", 2.2}, {"#56B4E9", "12 4", 1.6}};
+
+struct Series {
+  std::string label;
+  int64_t first_position = 0;  // x of y[0]
+  std::vector<double> y;
+  Style style;
+};
+
+constexpr double kLogLo = -8, kLogHi = 2;  // 1e-8 .. 1e2 logit units
+
+// A log-scale line plot of per-step logit differences against sequence position, with the
+// tolerance line and the window edge marked.
+std::string log_plot(const std::string& id, const std::string& title, const std::vector<Series>& series, int64_t context,
+                     double tol, int W, int H, bool full_axes, const std::string& subtitle = "") {
+  // The subtitle on one line, or two split at a comma when it is long.
+  std::vector<std::string> sub;
+  if (!subtitle.empty()) {
+    const size_t cut = subtitle.size() > 62 ? subtitle.rfind(", ", 62) : std::string::npos;
+    if (cut == std::string::npos) sub = {subtitle};
+    else sub = {subtitle.substr(0, cut + 1), subtitle.substr(cut + 2)};
+  }
+  const int L = full_axes ? 78 : 40, R = 12, T = full_axes ? 34 : 26 + 11 * static_cast<int>(sub.size()), B = full_axes ? 46 : 24;
+  int64_t x0 = INT64_MAX, x1 = 0;
+  for (const auto& s : series) {
+    if (s.y.empty()) continue;
+    x0 = std::min(x0, s.first_position);
+    x1 = std::max<int64_t>(x1, s.first_position + static_cast<int64_t>(s.y.size()) - 1);
+  }
+  if (x0 == INT64_MAX) x0 = 0, x1 = 1;
+  x1 = std::max(x1, std::min<int64_t>(context + 8, x1 + 1));
+  auto X = [&](double x) { return L + (x - x0) / std::max<double>(1, x1 - x0) * (W - L - R); };
+  auto Y = [&](double v) {
+    const double l = std::clamp(std::log10(std::max(v, 1e-12)), kLogLo, kLogHi);
+    return T + (kLogHi - l) / (kLogHi - kLogLo) * (H - T - B);
+  };
+  std::ostringstream s;
+  s << "<svg id=\"" << esc(id) << "\" class=\"plot\" role=\"img\" aria-label=\"" << esc(title) << "\" width=\"" << W
+    << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << " " << H << "\" xmlns=\"http://www.w3.org/2000/svg\">\n";
+  s << "<title>" << esc(title) << "</title>\n";
+  s << "<text x=\"" << L << "\" y=\"" << (full_axes ? 18 : 14) << "\" class=\"ptitle\">" << esc(title) << "</text>\n";
+  for (size_t i = 0; i < sub.size(); ++i)
+    s << "<text x=\"" << L << "\" y=\"" << 26 + 10 * i << "\" class=\"sub\">" << esc(sub[i]) << "</text>\n";
+  s << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << W - L - R << "\" height=\"" << H - T - B
+    << "\" fill=\"#fff\" stroke=\"#888\"/>\n";
+  for (int e = static_cast<int>(kLogLo); e <= static_cast<int>(kLogHi); e += full_axes ? 1 : 2) {
+    const double y = Y(std::pow(10.0, e));
+    s << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << y << "\" y2=\"" << y << "\" stroke=\"#e4e4e4\"/>"
+      << "<text x=\"" << L - 4 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\" class=\"tick\">1e" << e << "</text>\n";
+  }
+  const int64_t step = std::max<int64_t>(1, (x1 - x0) / (full_axes ? 8 : 3));
+  for (int64_t x = x0; x <= x1; x += step)
+    s << "<text x=\"" << X(x) << "\" y=\"" << H - B + 14 << "\" text-anchor=\"middle\" class=\"tick\">" << x << "</text>\n";
+  // tolerance and window edge
+  s << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << Y(tol) << "\" y2=\"" << Y(tol)
+    << "\" stroke=\"#555\" stroke-dasharray=\"3 3\"/><text x=\"" << W - R - 4 << "\" y=\"" << Y(tol) - 4
+    << "\" text-anchor=\"end\" class=\"tick\">tolerance " << num(tol) << "</text>\n";
+  if (context >= x0 && context <= x1)
+    s << "<line x1=\"" << X(context) << "\" x2=\"" << X(context) << "\" y1=\"" << T << "\" y2=\"" << H - B
+      << "\" stroke=\"#555\" stroke-dasharray=\"6 3\"/><text x=\"" << X(context) - 4 << "\" y=\"" << T + 12
+      << "\" text-anchor=\"end\" class=\"tick\">window edge " << context << "</text>\n";
+  for (const auto& sr : series) {
+    if (sr.y.empty()) continue;
+    s << "<polyline fill=\"none\" stroke=\"" << sr.style.stroke << "\" stroke-width=\"" << sr.style.width << "\"";
+    if (*sr.style.dash) s << " stroke-dasharray=\"" << sr.style.dash << "\"";
+    s << " points=\"";
+    for (size_t i = 0; i < sr.y.size(); ++i)
+      s << num(X(sr.first_position + static_cast<double>(i)), "%.1f") << "," << num(Y(sr.y[i]), "%.1f") << " ";
+    s << "\"><title>" << esc(sr.label) << "</title></polyline>\n";
+  }
+  if (full_axes) {
+    s << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 8 << "\" text-anchor=\"middle\" class=\"axis\">"
+      << "sequence position the step predicts from (tokens)</text>\n";
+    s << "<text transform=\"translate(14," << (T + H - B) / 2 << ") rotate(-90)\" text-anchor=\"middle\" class=\"axis\">"
+      << "largest |logit difference| (logits, log scale)</text>\n";
+    // legend, on a white box in the band between the faults (above) and the noise (below)
+    double ly = Y(1e-1);
+    s << "<rect x=\"" << L + 4 << "\" y=\"" << ly - 12 << "\" width=\"470\" height=\"" << 16 * series.size() + 8
+      << "\" fill=\"#fff\" fill-opacity=\"0.92\" stroke=\"#bbb\"/>\n";
+    for (const auto& sr : series) {
+      s << "<line x1=\"" << L + 10 << "\" x2=\"" << L + 44 << "\" y1=\"" << ly << "\" y2=\"" << ly << "\" stroke=\""
+        << sr.style.stroke << "\" stroke-width=\"" << sr.style.width << "\"";
+      if (*sr.style.dash) s << " stroke-dasharray=\"" << sr.style.dash << "\"";
+      s << "/><text x=\"" << L + 50 << "\" y=\"" << ly + 4 << "\" class=\"legend\">" << esc(sr.label) << "</text>\n";
+      ly += 16;
+    }
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+// Horizontal bars, cached (solid) against uncached (hatched), per bench row.
+std::string bench_chart(const nlohmann::json& bench) {
+  const auto& rows = bench.at("rows");
+  double top = 1;
+  for (const auto& r : rows) top = std::max({top, r.value("cached_tok_s", 0.0), r.value("uncached_tok_s", 0.0)});
+  const int L = 190, R = 90, bar = 12, gap = 10, W = 760;
+  const int H = 40 + static_cast<int>(rows.size()) * (2 * bar + gap) + 40;
+  std::ostringstream s;
+  s << "<svg id=\"bench-chart\" class=\"plot\" role=\"img\" aria-label=\"tokens per second\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << " " << H << "\" xmlns=\"http://www.w3.org/2000/svg\">\n"
+    << "<defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" patternTransform=\"rotate(45)\">"
+    << "<rect width=\"6\" height=\"6\" fill=\"#fff\"/><line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#555\" stroke-width=\"2\"/>"
+    << "</pattern></defs>\n"
+    << "<text x=\"" << L << "\" y=\"18\" class=\"ptitle\">decode throughput (tokens per second, all rows of the batch)</text>\n";
+  int y = 32;
+  for (const auto& r : rows) {
+    const std::string label = r.value("cache", std::string("?")) + ", batch " + std::to_string(r.value("batch", 0)) + ", " +
+                              std::to_string(r.value("tokens", 0)) + " tokens";
+    s << "<text x=\"" << L - 6 << "\" y=\"" << y + bar + 4 << "\" text-anchor=\"end\" class=\"tick\">" << esc(label) << "</text>\n";
+    const double c = r.value("cached_tok_s", 0.0), u = r.value("uncached_tok_s", 0.0);
+    s << "<rect x=\"" << L << "\" y=\"" << y << "\" width=\"" << std::max(1.0, c / top * (W - L - R)) << "\" height=\"" << bar
+      << "\" fill=\"#0072B2\"><title>cached " << num(c, "%.0f") << " tok/s</title></rect><text x=\""
+      << L + c / top * (W - L - R) + 4 << "\" y=\"" << y + bar - 2 << "\" class=\"tick\">" << num(c, "%.0f") << "</text>\n";
+    if (u > 0)
+      s << "<rect x=\"" << L << "\" y=\"" << y + bar << "\" width=\"" << std::max(1.0, u / top * (W - L - R)) << "\" height=\"" << bar
+        << "\" fill=\"url(#hatch)\" stroke=\"#555\"><title>uncached " << num(u, "%.0f") << " tok/s</title></rect><text x=\""
+        << L + u / top * (W - L - R) + 4 << "\" y=\"" << y + 2 * bar - 2 << "\" class=\"tick\">" << num(u, "%.0f") << "</text>\n";
+    y += 2 * bar + gap;
+  }
+  s << "<rect x=\"" << L << "\" y=\"" << y + 8 << "\" width=\"14\" height=\"10\" fill=\"#0072B2\"/><text x=\"" << L + 20 << "\" y=\""
+    << y + 17 << "\" class=\"legend\">cached</text><rect x=\"" << L + 90 << "\" y=\"" << y + 8
+    << "\" width=\"14\" height=\"10\" fill=\"url(#hatch)\" stroke=\"#555\"/><text x=\"" << L + 110 << "\" y=\"" << y + 17
+    << "\" class=\"legend\">uncached (the reference loop)</text>\n</svg>\n";
+  return s.str();
+}
+
+struct Tally {
+  int failed = 0, total = 0;
+};
+Tally tally(const std::vector<VerifyRow>& rows) {
+  Tally t;
+  for (const auto& r : rows) t.failed += !r.passed, ++t.total;
+  return t;
+}
+
+std::string verdict(const ReportInput& in) {
+  const Tally t = tally(in.rows);
+  return t.failed ? "FAIL: " + std::to_string(t.failed) + " of " + std::to_string(t.total) + " checks failed"
+                  : "PASS: all " + std::to_string(t.total) + " checks passed";
+}
+
+std::vector<std::string> matrix_checks(const InjectionReport& r) {
+  std::vector<std::string> names;
+  if (!r.faults.empty())
+    for (const auto& c : r.faults.front().checks) names.push_back(c.name);
+  return names;
+}
+
+std::string cell(const FaultOutcome& f, const std::string& check) {
+  const bool expected = std::find(f.expected.begin(), f.expected.end(), check) != f.expected.end();
+  if (f.caught_by(check)) return expected ? "caught*" : "caught";
+  return expected ? "MISSED*" : "-";
+}
+
+std::string drift_text(const FaultOutcome& f) {
+  return f.drift_after ? std::to_string(*f.drift_after) : "never in " + std::to_string(f.drift_window);
+}
+
+}  // namespace
+
+int64_t seed_drift(const std::string& fault) {
+  if (fault == "rope-offset") return 7;
+  if (fault == "topleft-mask") return 3;
+  return -1;
+}
+
+void write_text_atomically(const std::string& path, const std::string& text) {
+  write_atomically(path, [&](std::ostream& o) { o << text; });
+}
+
+std::string render_html(const ReportInput& in) {
+  std::ostringstream h;
+  const Tally t = tally(in.rows);
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>tinygpt " << esc(in.command) << ": "
+    << esc(verdict(in)) << "</title>\n<style>\n"
+    << "body{font:14px/1.45 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px auto;max-width:1180px;color:#111;padding:0 16px}\n"
+    << "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}\n"
+    << ".verdict{font-size:18px;font-weight:700;padding:8px 12px;border:2px solid;display:inline-block;margin:8px 0}\n"
+    << ".pass{border-color:#0072B2}.fail{border-color:#D55E00;background:#fff3ea}\n"
+    << "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:3px 7px;text-align:left;vertical-align:top}\n"
+    << "th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}\n"
+    << "td.FAIL{font-weight:700;background:#ffe3d1}td.must{font-weight:700}td.none{color:#777}\n"
+    << ".ptitle{font-size:13px;font-weight:600}.tick{font-size:10px;fill:#333}.axis{font-size:12px}.legend{font-size:11px}.sub{font-size:9px;fill:#333}\n"
+    << ".grid{display:flex;flex-wrap:wrap;gap:6px}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}\n"
+    << ".note{color:#444;font-size:13px}\n</style></head><body>\n";
+  h << "<h1>tinygpt " << esc(in.command) << "</h1>\n<div class=\"note\">" << esc(in.subject) << "</div>\n";
+  h << "<div id=\"verdict\" class=\"verdict " << (t.failed ? "fail" : "pass") << "\">" << esc(verdict(in)) << "</div>\n";
+
+  // Drift plots.
+  const InjectionReport* inj = in.injection;
+  if (inj || in.single) {
+    std::vector<Series> main;
+    const std::vector<EquivalenceResult>* controls = inj ? &inj->controls : nullptr;
+    auto add_control = [&](const EquivalenceResult& c) {
+      Style st = kControl;
+      if (!main.empty()) st = {"#666666", "1 0", 1.4};
+      main.push_back({"correct cache '" + c.cache + "' (production loop vs banded reference)", c.loop_band.first_position,
+                      c.loop_band.diffs, st});
+    };
+    if (controls)
+      for (const auto& c : *controls) add_control(c);
+    if (in.single) add_control(*in.single);
+    size_t k = 0;
+    if (inj)
+      for (const auto& f : inj->faults)
+        if (seed_drift(f.fault) >= 0)
+          main.push_back({"fault '" + f.fault + "'", main.empty() ? 0 : main.front().first_position, f.step_diffs, kFaults[k++ % 6]});
+    h << "<h2>Per-step logit difference</h2>\n<p class=\"note\">Every decode step of the production loop against the "
+         "banded (rolling-cache) reference of SPEC 4: the correct caches sit at float noise, a fault jumps by orders of "
+         "magnitude at its first decode step.</p>\n";
+    h << log_plot("drift-plot", "largest |logit difference| per step", main, in.context, in.tolerance, 1120, 400, true);
+    if (inj && !inj->faults.empty()) {
+      h << "<h2>Every fault against the correct cache</h2>\n<p class=\"note\">Solid black: the correct cache '"
+        << esc(inj->controls.empty() ? std::string("?") : inj->controls.front().cache)
+        << "'. Dashed orange: the fault's main run. A fault that only shows in another run (reset, batch, long prompt) "
+           "stays on the black line here; its title names the checks that caught it.</p>\n<div id=\"fault-plots\" class=\"grid\">\n";
+      for (const auto& f : inj->faults) {
+        std::vector<Series> s;
+        if (!inj->controls.empty()) {
+          const auto& c = inj->controls.front();
+          std::vector<double> y(c.loop_band.diffs.begin(),
+                                c.loop_band.diffs.begin() + std::min(c.loop_band.diffs.size(), f.step_diffs.size() + 1));
+          s.push_back({"correct", c.loop_band.first_position, y, kControl});
+        }
+        s.push_back({f.fault, s.empty() ? 0 : s.front().first_position, f.step_diffs, kFaults[0]});
+        std::string by;
+        for (const auto& c : f.checks)
+          if (!c.passed) by += (by.empty() ? "" : ", ") + c.name;
+        h << log_plot("fault-" + f.fault, f.fault, s, in.context, in.tolerance, 370, 190, false,
+                      by.empty() ? "NOT CAUGHT" : "caught by " + by);
+      }
+      h << "</div>\n";
+    }
+  }
+
+  // Drift against the seed and the detection matrix.
+  if (inj && !inj->faults.empty()) {
+    h << "<h2>Token drift (100 greedy tokens against the correct cached output)</h2>\n<table id=\"drift-table\"><tr><th>fault</th>"
+         "<th>identical tokens before drifting</th><th>the seed's figure</th><th>first logit step over tolerance</th>"
+         "<th>worst |diff|</th></tr>\n";
+    for (const auto& f : inj->faults) {
+      const int64_t sd = seed_drift(f.fault);
+      h << "<tr><td>" << esc(f.fault) << "</td><td class=\"num\">" << esc(drift_text(f)) << "</td><td class=\"num\">"
+        << (sd >= 0 ? std::to_string(sd) : "-") << "</td><td class=\"num\">"
+        << (f.first_logit_position_over ? "position " + std::to_string(*f.first_logit_position_over) : "-") << "</td><td class=\"num\">"
+        << num(f.worst_logit_diff) << "</td></tr>\n";
+    }
+    h << "</table>\n";
+    const auto names = matrix_checks(*inj);
+    h << "<h2>Detection matrix</h2>\n<p id=\"mutation-score\"><b>Mutation score: " << inj->caught() << " of " << inj->faults.size()
+      << " faults caught (" << num(100.0 * inj->caught() / std::max<size_t>(1, inj->faults.size()), "%.0f")
+      << "%)</b>; * marks a check the fault must be caught by.</p>\n<table id=\"detection-matrix\"><tr><th>fault</th>";
+    for (const auto& n : names) h << "<th>" << esc(n) << "</th>";
+    h << "<th>what it breaks</th></tr>\n";
+    for (const auto& f : inj->faults) {
+      h << "<tr><td>" << esc(f.fault) << "</td>";
+      for (const auto& n : names) {
+        const std::string c = cell(f, n);
+        const char* cls = c == "caught*" ? "must" : c == "MISSED*" ? "FAIL" : c == "caught" ? "also" : "none";
+        h << "<td class=\"" << cls << "\">" << c << "</td>";
+      }
+      h << "<td class=\"note\">" << esc(f.description) << "</td></tr>\n";
+    }
+    h << "</table>\n";
+  }
+
+  // The summary table, goldens apart with their diffs.
+  h << "<h2>Checks</h2>\n<table id=\"checks-table\"><tr><th>check</th><th>verdict</th><th>time (s)</th><th>key figure</th></tr>\n";
+  std::vector<const VerifyRow*> goldens;
+  for (const auto& r : in.rows) {
+    if (r.check.rfind("golden:", 0) == 0) {
+      goldens.push_back(&r);
+      continue;
+    }
+    h << "<tr><td>" << esc(r.check) << "</td><td class=\"" << (r.passed ? "PASS" : "FAIL") << "\">" << (r.passed ? "PASS" : "FAIL")
+      << "</td><td class=\"num\">" << num(r.seconds, "%.1f") << "</td><td>" << esc(r.figure) << "</td></tr>\n";
+  }
+  h << "</table>\n";
+  if (!goldens.empty()) {
+    h << "<h2>Goldens</h2>\n<table id=\"golden-table\"><tr><th>case</th><th>verdict</th><th>detail</th></tr>\n";
+    for (const auto* r : goldens)
+      h << "<tr><td>" << esc(r->check.substr(7)) << "</td><td class=\"" << (r->passed ? "PASS" : "FAIL") << "\">"
+        << (r->passed ? "PASS" : "FAIL") << "</td><td>" << (r->passed ? esc(r->figure) : "<pre>" + esc(r->figure) + "</pre>")
+        << "</td></tr>\n";
+    h << "</table>\n";
+  }
+
+  // Bench.
+  h << "<h2>Benchmark</h2>\n";
+  if (in.bench.is_object() && in.bench.contains("rows")) {
+    h << "<table id=\"bench-table\"><tr><th>cache</th><th>batch</th><th>tokens</th><th>uncached tok/s</th><th>cached tok/s</th>"
+         "<th>speedup</th></tr>\n";
+    for (const auto& r : in.bench["rows"])
+      h << "<tr><td>" << esc(r.value("cache", std::string("?"))) << "</td><td class=\"num\">" << r.value("batch", 0)
+        << "</td><td class=\"num\">" << r.value("tokens", 0) << "</td><td class=\"num\">" << num(r.value("uncached_tok_s", 0.0), "%.0f")
+        << "</td><td class=\"num\">" << num(r.value("cached_tok_s", 0.0), "%.0f") << "</td><td class=\"num\">"
+        << num(r.value("speedup", 0.0), "%.1fx") << "</td></tr>\n";
+    h << "</table>\n" << bench_chart(in.bench);
+  } else {
+    h << "<p id=\"bench-missing\" class=\"note\">Not part of this run: <code>tinygpt bench --json B.json</code>, then "
+         "<code>--bench-json B.json</code> adds its table and chart here.</p>\n";
+  }
+
+  h << "<h2>Provenance</h2>\n<table id=\"provenance\">";
+  if (in.provenance.is_object())
+    for (const auto& [k, v] : in.provenance.items())
+      h << "<tr><th>" << esc(k) << "</th><td>" << esc(v.is_string() ? v.get<std::string>() : v.dump()) << "</td></tr>";
+  if (in.bench.is_object() && in.bench.contains("machine"))
+    for (const auto& [k, v] : in.bench["machine"].items())
+      h << "<tr><th>bench " << esc(k) << "</th><td>" << esc(v.is_string() ? v.get<std::string>() : v.dump()) << "</td></tr>";
+  h << "</table>\n</body></html>\n";
+  return h.str();
+}
+
+std::string render_markdown(const ReportInput& in) {
+  std::ostringstream m;
+  const Tally t = tally(in.rows);
+  m << (t.failed ? "**FAIL**" : "**PASS**") << " tinygpt " << in.command << ": " << verdict(in).substr(6) << "\n\n";
+  if (!in.subject.empty()) m << in.subject << "\n\n";
+  m << "| check | verdict | time (s) | key figure |\n|---|---|---:|---|\n";
+  auto cellmd = [](std::string s) {
+    for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
+    for (char& c : s)
+      if (c == '\n') c = ' ';
+    return s;
+  };
+  for (const auto& r : in.rows)
+    m << "| " << cellmd(r.check) << " | " << (r.passed ? "PASS" : "**FAIL**") << " | " << num(r.seconds, "%.1f") << " | "
+      << cellmd(r.figure) << " |\n";
+  if (in.injection && !in.injection->faults.empty()) {
+    const auto& inj = *in.injection;
+    const auto names = matrix_checks(inj);
+    m << "\n**Detection matrix**: mutation score " << inj.caught() << " of " << inj.faults.size()
+      << " faults caught (* = must be caught by this check)\n\n| fault | drift after (seed) |";
+    for (const auto& n : names) m << " " << n << " |";
+    m << "\n|---|---|";
+    for (size_t i = 0; i < names.size(); ++i) m << "---|";
+    m << "\n";
+    for (const auto& f : inj.faults) {
+      const int64_t sd = seed_drift(f.fault);
+      m << "| " << f.fault << " | " << drift_text(f) << (sd >= 0 ? " (" + std::to_string(sd) + ")" : "") << " |";
+      for (const auto& n : names) m << " " << cell(f, n) << " |";
+      m << "\n";
+    }
+  }
+  if (in.bench.is_object() && in.bench.contains("rows")) {
+    m << "\n**Benchmark**\n\n| cache | batch | tokens | uncached tok/s | cached tok/s | speedup |\n|---|---:|---:|---:|---:|---:|\n";
+    for (const auto& r : in.bench["rows"])
+      m << "| " << r.value("cache", std::string("?")) << " | " << r.value("batch", 0) << " | " << r.value("tokens", 0) << " | "
+        << num(r.value("uncached_tok_s", 0.0), "%.0f") << " | " << num(r.value("cached_tok_s", 0.0), "%.0f") << " | "
+        << num(r.value("speedup", 0.0), "%.1fx") << " |\n";
+  }
+  if (in.provenance.is_object()) {
+    m << "\n";
+    for (const auto& [k, v] : in.provenance.items()) m << k << ": " << (v.is_string() ? v.get<std::string>() : v.dump()) << "; ";
+    m << "\n";
+  }
+  return m.str();
+}
+
+}  // namespace tinygpt::checks

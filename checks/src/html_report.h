@@ -1,0 +1,37 @@
+// Reports a person looks at: one self-contained HTML page (inline SVG drawn here, no script, no
+// network) and the same summary as Markdown for CI step summaries. Both are views of the same
+// inputs as the console table and the JSON report.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "report.h"
+#include "tinygpt/checks/inject.h"
+
+namespace tinygpt::checks {
+
+struct ReportInput {
+  std::string command = "verify";      // what produced it: verify, inject, equivalence, conform
+  std::string subject;                  // the model (and engine) checked
+  std::vector<VerifyRow> rows;          // the summary table
+  const InjectionReport* injection = nullptr;  // drift plots, detection matrix, mutation score
+  const EquivalenceResult* single = nullptr;   // one cache's run (equivalence): its own plot
+  nlohmann::json bench;                 // BenchReport::to_json(), or null
+  nlohmann::json provenance;            // commit, libtorch, blas, device, threads, cpu
+  int64_t context = 256;
+  double tolerance = kLogitTolerance;
+};
+
+// The seed's token-drift figures (100 greedy tokens against the correct cached output).
+int64_t seed_drift(const std::string& fault);  // -1 when the seed gives none
+
+std::string render_html(const ReportInput& in);
+std::string render_markdown(const ReportInput& in);
+// Writes through a temporary file renamed into place.
+void write_text_atomically(const std::string& path, const std::string& text);
+
+}  // namespace tinygpt::checks
