@@ -24,12 +24,12 @@ top-p-removed|no|"  return apply_top_p(x, s.top_p);\n}" -> "  return x;\n}"
 swap-penalty-temperature|yes|"at::Tensor x = apply_penalty(checked_scores(logits, history), history, s.penalty);\n  x = apply_temperature(x, s.temperature);" -> "at::Tensor x = apply_temperature(checked_scores(logits, history), s.temperature);\n  x = apply_penalty(x, history, s.penalty);"
 swap-penalty-top-k|no|"at::Tensor x = apply_penalty(checked_scores(logits, history), history, s.penalty);\n  x = apply_temperature(x, s.temperature);\n  x = apply_top_k(x, s.top_k);" -> "at::Tensor x = apply_top_k(checked_scores(logits, history), s.top_k);\n  x = apply_penalty(x, history, s.penalty);\n  x = apply_temperature(x, s.temperature);"
 swap-penalty-top-p|no|"at::Tensor x = apply_penalty(checked_scores(logits, history), history, s.penalty);\n  x = apply_temperature(x, s.temperature);\n  x = apply_top_k(x, s.top_k);\n  return apply_top_p(x, s.top_p);" -> "at::Tensor x = apply_temperature(checked_scores(logits, history), s.temperature);\n  x = apply_top_k(x, s.top_k);\n  x = apply_top_p(x, s.top_p);\n  return apply_penalty(x, history, s.penalty);"
-swap-temperature-top-k|no|"  x = apply_temperature(x, s.temperature);\n  x = apply_top_k(x, s.top_k);" -> "  x = apply_top_k(x, s.top_k);\n  x = apply_temperature(x, s.temperature);"
+swap-temperature-top-k|yes|"  x = apply_temperature(x, s.temperature);\n  x = apply_top_k(x, s.top_k);" -> "  x = apply_top_k(x, s.top_k);\n  x = apply_temperature(x, s.temperature);"
 swap-temperature-top-p|no|"  x = apply_temperature(x, s.temperature);\n  x = apply_top_k(x, s.top_k);\n  return apply_top_p(x, s.top_p);" -> "  x = apply_top_k(x, s.top_k);\n  x = apply_top_p(x, s.top_p);\n  return apply_temperature(x, s.temperature);"
 swap-top-k-top-p|no|"  x = apply_top_k(x, s.top_k);\n  return apply_top_p(x, s.top_p);" -> "  x = apply_top_p(x, s.top_p);\n  return apply_top_k(x, s.top_k);"
 top-k-drops-ties|no|"scores.masked_fill(scores < kth, kNegInf)" -> "scores.masked_fill(scores <= kth, kNegInf)"
 top-k-keeps-one-more|no|".narrow(1, k - 1, 1)" -> ".narrow(1, std::min<int64_t>(k, scores.size(1) - 1), 1)"
-top-p-strict-boundary|yes|"above >= top_p" -> "above > top_p"
+top-p-strict-boundary|no|"above >= top_p" -> "above > top_p"
 top-p-includes-the-token|no|"at::Tensor above = p.cumsum(-1) - p;" -> "at::Tensor above = p.cumsum(-1);"
 top-p-ascending|no|"scores.sort(/*stable=*/true, -1, /*descending=*/true)" -> "scores.sort(/*stable=*/true, -1, /*descending=*/false)"
 penalty-reversed|no|"at::where(scores > 0, scores / penalty, scores * penalty)" -> "at::where(scores > 0, scores * penalty, scores / penalty)"
@@ -61,8 +61,9 @@ PY
   if ! ninja -C build sampler_properties >/tmp/mutant-build.log 2>&1; then
     printf "%-28s %-10s %s\n" "$name" "no-build" "(does not compile: counts as killed)"; killed=$((killed + 1)); continue
   fi
-  log=$(RC_PARAMS="max_success=100" build/bin/sampler_properties --gtest_filter='SamplerLaws/*_cpu:SamplerChecks/*_cpu' 2>&1 || true)
-  first=$(printf "%s\n" "$log" | grep -m1 -E '^\[  FAILED  \] Sampler' | sed -E 's/.*Holds\/([A-Za-z0-9]+)_cpu.*/\1/')
+  # The production sampler's CPU cases (Production/SamplerLaw.Holds/<law>_cpu, .../SamplerCheck.Holds/...).
+  log=$(RC_PARAMS="max_success=100" build/bin/sampler_properties --gtest_filter='Production/*_cpu' 2>&1 || true)
+  first=$(printf "%s\n" "$log" | grep -m1 -E '^\[  FAILED  \] Production/' | sed -E 's/.*Holds\/([A-Za-z0-9]+)_cpu.*/\1/' || true)
   if [ -n "$first" ]; then
     printf "%-28s %-10s %s\n" "$name" "killed" "$first"; killed=$((killed + 1))
   elif [ "$equiv" = yes ]; then
