@@ -480,6 +480,18 @@ std::vector<FixedCheck> fixed_checks() {
                         return items.at(k).passed ? "" : items.at(k).name + ": " + items.at(k).detail;
                       }});
 
+  checks.push_back({"topPDropsATokenWhoseMassAboveIsExactlyP",
+                    "logits [0, 0], top_p 0.5: the mass above id 1 is exactly 0.5 >= top_p, so 200 draws are all id 0",
+                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      // softmax([0, 0]) = [0.5, 0.5] exactly in float32: the boundary case generated
+                      // cases never hit (a nucleus test of > instead of >= keeps id 1).
+                      at::Tensor x = on(dev, {0.0f, 0.0f}).repeat({200, 1});
+                      at::manual_seed(7);
+                      at::Tensor ids = sut.pick(x, no_history(), {1.0, 0, 0.5, 1.0}).to(at::kCPU);
+                      const int64_t ones = ids.sum().item<int64_t>();
+                      return ones == 0 ? "" : std::to_string(ones) + " of 200 draws were id 1, whose mass above is exactly top_p";
+                    }});
+
   checks.push_back({"drawsMatchTheSpec6Distribution",
                     "chi-square(20000 draws vs the SPEC 6 model's p, every stage active) below the 1e-3 false-alarm critical value",
                     [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
