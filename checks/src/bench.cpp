@@ -20,15 +20,6 @@ namespace tinygpt::checks {
 
 namespace {
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? line : line.substr(c + 2);
-    }
-  return "unknown";
-}
 
 // The BLAS library this process actually mapped (Debian switches libblas.so.3 by alternatives).
 std::string loaded_blas() {
@@ -63,6 +54,16 @@ std::string human_bytes(int64_t b) {
 }
 
 }  // namespace
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  return "unknown";
+}
 
 MachineInfo MachineInfo::current(c10::Device device) {
   MachineInfo m;

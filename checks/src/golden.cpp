@@ -1,5 +1,7 @@
 #include "tinygpt/checks/golden.h"
 
+#include "bench.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -41,15 +43,6 @@ std::string git_commit() {
 
 namespace {
 
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? line : line.substr(c + 2);
-    }
-  return "unknown";
-}
 
 // Per-step digest: the top-5 ids and their logits.
 nlohmann::json digest(const std::vector<at::Tensor>& logits) {

@@ -84,7 +84,6 @@ void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
 
 namespace tinygpt::checks {
 
-namespace {
 std::string xml_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
@@ -98,7 +97,7 @@ std::string xml_escape(const std::string& s) {
   }
   return o;
 }
-}  // namespace
+
 
 std::string format_verify_table(const std::vector<VerifyRow>& rows, const std::string& command) {
   size_t w = 5;

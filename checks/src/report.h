@@ -21,6 +21,9 @@ void write_json_atomically(const std::string& path, const nlohmann::json& doc);
 
 namespace tinygpt::checks {
 
+// Text escaped for XML and HTML (& < > "), control characters other than newline and tab as spaces.
+std::string xml_escape(const std::string& s);
+
 // One row of `tinygpt verify`'s summary: the console table, the JSON report and the JUnit XML
 // are three views of a list of these.
 struct VerifyRow {
