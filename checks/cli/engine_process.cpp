@@ -52,6 +52,21 @@ EngineProcess::EngineProcess(const std::string& command, double timeout_s) : tim
 
 EngineProcess::~EngineProcess() { kill_and_reap(); }
 
+std::string EngineProcess::how_it_ended(const std::string& otherwise) {
+  // A closed pipe usually means the engine is exiting: give it a moment, so the message says how
+  // (a write can fail before the exit is reaped as easily as a read).
+  for (int i = 0; i < 100 && pid_ > 0; ++i) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? "it exited with status " + std::to_string(WEXITSTATUS(status))
+                               : "it was killed by signal " + std::to_string(WTERMSIG(status));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return otherwise;
+}
+
 void EngineProcess::kill_and_reap() {
   if (to_child_ >= 0) close(to_child_), to_child_ = -1;
   if (from_child_ >= 0) close(from_child_), from_child_ = -1;
@@ -75,7 +90,7 @@ void EngineProcess::write_all(const std::string& s, const std::string& op) {
   while (done < s.size()) {
     const ssize_t n = write(to_child_, s.data() + done, s.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw EngineUnusable("engine: cannot send '" + op + "': it closed its input (did it exit?)");
+    if (n <= 0) throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its input"));
     done += static_cast<size_t>(n);
   }
   sent_ += static_cast<double>(s.size());
@@ -100,16 +115,7 @@ std::string EngineProcess::read_line(const std::string& op) {
     char chunk[65536];
     const ssize_t n = read(from_child_, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int status = 0;
-      std::string how = "it closed its output";
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        how = WIFEXITED(status) ? "it exited with status " + std::to_string(WEXITSTATUS(status))
-                                : "it was killed by signal " + std::to_string(WTERMSIG(status));
-      }
-      throw EngineUnusable("engine: no answer to '" + op + "': " + how);
-    }
+    if (n <= 0) throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its output"));
     buffer_.append(chunk, static_cast<size_t>(n));
   }
 }

@@ -40,6 +40,9 @@ class EngineProcess {
   void write_all(const std::string& s, const std::string& op);
   std::string read_line(const std::string& op);
   void kill_and_reap();
+  // After a closed pipe: "it exited with status N" / "it was killed by signal N" once the child is
+  // reaped (waiting up to 1 s), else `otherwise`.
+  std::string how_it_ended(const std::string& otherwise);
 
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1;
