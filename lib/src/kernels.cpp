@@ -240,6 +240,87 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor
   return at::layer_norm(x, {d}, w, b, eps);
 }
 
+namespace {
+
+// One (batch, head) row of decode attention: y = softmax(q . k_s / sqrt(hd)) V over S keys.
+// Strides are in floats; p is scratch for S scores. The scores as the reference computes them:
+// (q . k) / sqrt(hd), then a max-shifted softmax, then the weights times the values.
+void attention_row_generic(const float* q, const float* k, int64_t ks, const float* v, int64_t vs, float* y, int64_t S,
+                           int64_t hd, float scale, float* p) {
+  float m = -INFINITY;
+  for (int64_t s = 0; s < S; ++s) {
+    const float* kr = k + s * ks;
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t j = 0;
+    for (; j + 8 <= hd; j += 8)
+      for (int l = 0; l < 8; ++l) lane[l] += q[j + l] * kr[j + l];
+    float dot = 0;
+    for (int l = 0; l < 8; ++l) dot += lane[l];
+    for (; j < hd; ++j) dot += q[j] * kr[j];
+    p[s] = dot / scale;
+    m = std::max(m, p[s]);
+  }
+  float z = 0;
+  for (int64_t s = 0; s < S; ++s) z += (p[s] = std::exp(p[s] - m));
+  for (int64_t j = 0; j < hd; ++j) y[j] = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    const float w = p[s] / z;
+    const float* vr = v + s * vs;
+    for (int64_t j = 0; j < hd; ++j) y[j] += w * vr[j];
+  }
+}
+
+#ifdef TINYGPT_HAVE_AVX2_PATH
+constexpr int64_t kAttentionMaxVectors = 16;  // hd up to 128 keeps the output row in registers
+
+// The same arithmetic with AVX2/FMA, for hd % 8 == 0 and hd <= 8 x kAttentionMaxVectors: four
+// keys' dot products at a time, and the output row held in registers while the values stream by.
+// Measured on the dev machine at batch 16 the scalar row took ~22% of a decode step for ~10% of
+// its arithmetic.
+__attribute__((target("avx2,fma"))) void attention_row_avx2(const float* q, const float* k, int64_t ks, const float* v,
+                                                            int64_t vs, float* y, int64_t S, int64_t hd, float scale,
+                                                            float* p) {
+  const int64_t nv = hd / 8;
+  float m = -INFINITY;
+  int64_t s = 0;
+  for (; s + 4 <= S; s += 4) {
+    const float *k0 = k + s * ks, *k1 = k0 + ks, *k2 = k1 + ks, *k3 = k2 + ks;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t j = 0; j < hd; j += 8) {
+      const __m256 vq = _mm256_loadu_ps(q + j);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k0 + j), vq, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k1 + j), vq, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k2 + j), vq, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k3 + j), vq, a3);
+    }
+    p[s] = hsum(a0) / scale;
+    p[s + 1] = hsum(a1) / scale;
+    p[s + 2] = hsum(a2) / scale;
+    p[s + 3] = hsum(a3) / scale;
+    m = std::max(std::max(m, std::max(p[s], p[s + 1])), std::max(p[s + 2], p[s + 3]));
+  }
+  for (; s < S; ++s) {
+    const float* kr = k + s * ks;
+    __m256 a = _mm256_setzero_ps();
+    for (int64_t j = 0; j < hd; j += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(kr + j), _mm256_loadu_ps(q + j), a);
+    p[s] = hsum(a) / scale;
+    m = std::max(m, p[s]);
+  }
+  float z = 0;
+  for (s = 0; s < S; ++s) z += (p[s] = std::exp(p[s] - m));
+  __m256 acc[kAttentionMaxVectors];
+  for (int64_t j = 0; j < nv; ++j) acc[j] = _mm256_setzero_ps();
+  for (s = 0; s < S; ++s) {
+    const __m256 w = _mm256_set1_ps(p[s] / z);
+    const float* vr = v + s * vs;
+    for (int64_t j = 0; j < nv; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * j), acc[j]);
+  }
+  for (int64_t j = 0; j < nv; ++j) _mm256_storeu_ps(y + 8 * j, acc[j]);
+}
+#endif
+
+}  // namespace
+
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V) {
   auto ok = [](const at::Tensor& t) {
     return t.defined() && t.dim() == 4 && t.scalar_type() == at::kFloat && t.device().is_cpu() && t.stride(3) == 1;
@@ -254,6 +335,9 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::
   const float* vp = V.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd)));
+#ifdef TINYGPT_HAVE_AVX2_PATH
+  const bool avx2 = cpu_has_avx2_fma() && hd % 8 == 0 && hd / 8 <= kAttentionMaxVectors;
+#endif
   at::parallel_for(0, B * H, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> p(static_cast<size_t>(S));
     for (int64_t r = r0; r < r1; ++r) {
@@ -261,29 +345,13 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::
       const float* qr = qp + b * q.stride(0) + h * q.stride(1);
       const float* kr = kp + b * K.stride(0) + h * K.stride(1);
       const float* vr = vp + b * V.stride(0) + h * V.stride(1);
-      // Scores as the reference computes them: (q . k) / sqrt(hd), then a max-shifted softmax.
-      float m = -INFINITY;
-      for (int64_t s = 0; s < S; ++s) {
-        const float* ks = kr + s * K.stride(2);
-        float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int64_t j = 0;
-        for (; j + 8 <= hd; j += 8)
-          for (int l = 0; l < 8; ++l) lane[l] += qr[j + l] * ks[j + l];
-        float dot = 0;
-        for (int l = 0; l < 8; ++l) dot += lane[l];
-        for (; j < hd; ++j) dot += qr[j] * ks[j];
-        p[s] = dot / scale;
-        m = std::max(m, p[s]);
+#ifdef TINYGPT_HAVE_AVX2_PATH
+      if (avx2) {
+        attention_row_avx2(qr, kr, K.stride(2), vr, V.stride(2), yp + r * hd, S, hd, scale, p.data());
+        continue;
       }
-      float z = 0;
-      for (int64_t s = 0; s < S; ++s) z += (p[s] = std::exp(p[s] - m));
-      float* yr = yp + r * hd;
-      for (int64_t j = 0; j < hd; ++j) yr[j] = 0;
-      for (int64_t s = 0; s < S; ++s) {
-        const float w = p[s] / z;
-        const float* vs = vr + s * V.stride(2);
-        for (int64_t j = 0; j < hd; ++j) yr[j] += w * vs[j];
-      }
+#endif
+      attention_row_generic(qr, kr, K.stride(2), vr, V.stride(2), yp + r * hd, S, hd, scale, p.data());
     }
   });
   return y;

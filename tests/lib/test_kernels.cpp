@@ -68,6 +68,17 @@ TEST(DecodeAttention, EqualsMatmulSoftmaxOnBufferViews) {
   }
 }
 
+// Head sizes off the vector path (not a multiple of 8, or past the register budget) take the
+// portable row, and one that fits takes the vector row; both equal the reference.
+TEST(DecodeAttention, EveryHeadSizeEqualsMatmulSoftmax) {
+  for (int64_t hd : {4, 8, 12, 32, 64, 128, 136}) {
+    at::Tensor q = randn({3, 2, 1, hd}, 20 + hd), K = randn({3, 2, 9, hd}, 21 + hd), V = randn({3, 2, 9, hd}, 22 + hd);
+    const at::Tensor want =
+        at::matmul(at::softmax(at::matmul(q, K.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd)), -1), V);
+    EXPECT_LT(max_diff(decode_attention(q, K, V), want), 1e-5) << hd;
+  }
+}
+
 // A mask (a fault policy's, say) always takes LibTorch's path, so it is honoured.
 TEST(DecodeAttention, AMaskTakesTheLibraryPath) {
   at::Tensor q = randn({1, 4, 1, 64}, 16), K = randn({1, 4, 9, 64}, 17), V = randn({1, 4, 9, 64}, 18);
