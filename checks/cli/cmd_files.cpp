@@ -106,7 +106,9 @@ Command add_train(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train",
       "Train the default config on a corpus with the series' Part 3 recipe. Writes best.safetensors (best\n"
-      "validation loss), last.safetensors + last.optim (for --resume) and train_log.csv into --out.");
+      "validation loss), last.safetensors, train_log.csv, and train_state.json + resume/ (for --resume) into\n"
+      "--out, each file atomically at every validation: a run killed at any moment resumes from its last\n"
+      "validation and reaches the same weights as one never stopped (same seed, device and --threads).");
   cmd->add_option("--corpus", o->corpus, "UTF-8 text file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", o->out_dir, "output directory")->required();
@@ -116,7 +118,7 @@ Command add_train(CLI::App& app) {
   cmd->add_option("--eval-every", o->eval_every, "steps between validations")->capture_default_str()->check(kPositive);
   cmd->add_option("--seed", o->seed, "seed of weights, windows and validation batches")->capture_default_str();
   cmd->add_option("--max-minutes", o->max_minutes, "stop (saved) after this long; 0 = no limit")->capture_default_str();
-  cmd->add_flag("--resume", o->resume, "continue from --out's last checkpoint");
+  cmd->add_flag("--resume", o->resume, "continue from --out's last validation (weights, optimizer, window generator, log)");
   add_run_options(cmd, *run);
   return {cmd, [o, run] {
             const c10::Device dev = apply_run_options(*run);

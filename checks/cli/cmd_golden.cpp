@@ -6,6 +6,7 @@
 #include <iostream>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "cli_common.h"
 #include "report_files.h"
@@ -17,6 +18,7 @@
 #include "report.h"
 #include "sample_grid.h"
 #include "tinygpt/checks/selfcheck.h"
+#include "tinygpt/errors.h"
 
 namespace tinygpt::cli {
 
@@ -146,6 +148,7 @@ Command add_verify(CLI::App& app) {
     FixtureOptions fixture;
     std::string json = "tinygpt-verify.json", junit;
     int64_t tokens = 600;
+    std::string faults = "all";
     ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
@@ -161,11 +164,25 @@ Command add_verify(CLI::App& app) {
   cmd->add_option("--json", o->json, "JSON report path")->capture_default_str();
   cmd->add_option("--junit", o->junit, "also write JUnit XML here");
   cmd->add_option("--tokens", o->tokens, "greedy tokens for the cache checks")->capture_default_str()->check(kPositive);
+  cmd->add_option("--faults", o->faults,
+                  "faults for the fault matrix: all, none, or names, comma-separated (`tinygpt inject --help` lists them)")
+      ->capture_default_str();
   o->report.add(cmd, /*bench=*/true);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
             const nlohmann::json bench = read_bench_json(o->report.bench_json);  // a bad file fails before the run
+            std::vector<const checks::CacheVariant*> faults;  // named faults are checked before the run too
+            if (o->faults == "all") {
+              faults = checks::cache_registry().all(/*faults=*/true);
+            } else if (o->faults != "none") {
+              std::stringstream names(o->faults);
+              for (std::string name; std::getline(names, name, ',');) {
+                const auto& v = checks::cache_registry().get(name);  // InputError naming it when unknown
+                if (!v.is_fault) throw InputError("--faults: '" + name + "' is a production cache, not a fault");
+                faults.push_back(&v);
+              }
+            }
             auto say = [](const std::string& s) { std::cerr << "verify: " << s << "\n"; };
             checks::Fixture fx = o->fixture.load(dev, /*need_dir=*/false);
             say("model " + (o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint) + ", weights digest " +
@@ -184,7 +201,7 @@ Command add_verify(CLI::App& app) {
             io.controls = production;
             io.reference = &ref;
             io.fault_tokens = std::min(o->tokens, fx.model->config().context + 64);
-            const auto rep = checks::run_injection(fx.model, opts, checks::cache_registry().all(true), io, say);
+            const auto rep = checks::run_injection(fx.model, opts, faults, io, say);
             for (const auto& c : rep.controls) rows.push_back(equivalence_row(c, ""));
             {
               std::string fig = std::to_string(rep.caught()) + "/" + std::to_string(rep.faults.size()) + " faults caught";
@@ -195,7 +212,7 @@ Command add_verify(CLI::App& app) {
                 if (f.fault == "rope-offset" || f.fault == "topleft-mask")
                   fig += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : std::string("never/100"));
               }
-              rows.push_back({"fault-matrix", rep.faults_passed(), fig, seconds});
+              if (!faults.empty()) rows.push_back({"fault-matrix", rep.faults_passed(), fig, seconds});
             }
             // A batch of three different prompts through every check (the batch check inside every run
             // above compares rows with their prompts alone too, past the window).

@@ -5,6 +5,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/serialize.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,7 +16,9 @@
 
 #include "tinygpt/checks/golden.h"
 #include "report.h"
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/device.h"
+#include "tinygpt/errors.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/safetensors.h"
 #include "tinygpt/tokenizer.h"
@@ -51,6 +54,27 @@ std::pair<at::Tensor, at::Tensor> windows(const at::Tensor& ids, const at::Tenso
 at::Tensor loss_of(GPT& model, const at::Tensor& x, const at::Tensor& y) {
   at::Tensor logits = model->forward(x);  // (B, T, V)
   return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), y.reshape({-1}));
+}
+
+// The window generator's state (a CPU byte tensor) as hex text for the JSON state file, and back.
+std::string to_hex(const at::Tensor& bytes) {
+  static const char* digits = "0123456789abcdef";
+  const at::Tensor b = bytes.contiguous();
+  const uint8_t* p = b.data_ptr<uint8_t>();
+  std::string s;
+  s.reserve(static_cast<size_t>(2 * b.numel()));
+  for (int64_t i = 0; i < b.numel(); ++i) s += {digits[p[i] >> 4], digits[p[i] & 15]};
+  return s;
+}
+
+at::Tensor from_hex(const std::string& s) {
+  if (s.size() % 2 != 0 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw InputError("train_state.json: generator state is not hex");
+  at::Tensor b = at::empty({static_cast<int64_t>(s.size() / 2)}, at::kByte);
+  uint8_t* p = b.data_ptr<uint8_t>();
+  auto nib = [](char c) { return static_cast<uint8_t>(c <= '9' ? c - '0' : c - 'a' + 10); };
+  for (size_t i = 0; i < s.size() / 2; ++i) p[i] = static_cast<uint8_t>(nib(s[2 * i]) << 4 | nib(s[2 * i + 1]));
+  return b;
 }
 
 }  // namespace
@@ -92,23 +116,52 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
                                                                            torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).weight_decay(0.0)))},
                           torch::optim::AdamWOptions(o.lr));
 
+  // Files. The resume state is one generation: resume/step-N.safetensors (weights),
+  // resume/step-N.optim (AdamW's moments and step counts) and train_state.json, which names them
+  // and holds the window generator's state. Each file is written atomically, the state file
+  // last: it is the commit point, so a kill at any moment leaves a state file naming a complete
+  // generation (the new one or the one before). last.safetensors and best.safetensors are
+  // written atomically too, for users; --resume never reads them.
   const fs::path dir(o.out_dir);
-  const fs::path last_ckpt = dir / "last.safetensors", last_opt = dir / "last.optim", state_file = dir / "train_state.json";
-  const fs::path best_ckpt = dir / "best.safetensors", csv = dir / "train_log.csv";
+  const fs::path resume_dir = dir / "resume", state_file = dir / "train_state.json";
+  const fs::path last_ckpt = dir / "last.safetensors", best_ckpt = dir / "best.safetensors", csv = dir / "train_log.csv";
+  const std::string csv_header = "step,lr,train_loss,val_loss,tokens_per_s,elapsed_s\n";
   int64_t start = 0;
   double best_val = INFINITY;
   if (o.resume && fs::exists(state_file)) {
-    auto st = nlohmann::json::parse(std::ifstream(state_file));
-    start = st.at("step").get<int64_t>();
-    best_val = st.at("best_val").get<double>();
-    sum.best_step = st.at("best_step").get<int64_t>();
-    Checkpoint ck = read_safetensors_checkpoint(last_ckpt.string());
+    nlohmann::json st;
+    try {
+      st = nlohmann::json::parse(std::ifstream(state_file));
+      start = st.at("step").get<int64_t>();
+      best_val = st.at("best_val").get<double>();
+      sum.best_step = st.at("best_step").get<int64_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw InputError(state_file.string() + ": not a train state (" + e.what() + ")");
+    }
+    if (!st.contains("weights") || !st.contains("optim") || !st.contains("generator"))
+      throw InputError(state_file.string() + ": written by an older tinygpt train that did not keep the generator; "
+                       "resume is not exact: start again without --resume");
+    const fs::path weights = dir / st.at("weights").get<std::string>(), optim = dir / st.at("optim").get<std::string>();
+    for (const fs::path& f : {weights, optim})
+      if (!fs::exists(f)) throw InputError(f.string() + ": missing, but " + state_file.string() + " names it");
+    Checkpoint ck = read_safetensors_checkpoint(weights.string());
     load_weights(model, ck.tensors);
-    torch::load(opt, last_opt.string());
-    gen.set_current_seed(o.seed + static_cast<uint64_t>(start));
+    torch::load(opt, optim.string());
+    gen.set_state(from_hex(st.at("generator").get<std::string>()));
+    // Rows logged after the last saved step are run again: drop them so each step appears once.
+    std::ifstream in(csv);
+    std::string line, kept = csv_header;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {  // a kill mid-append can leave a partial last row: it goes too
+      const std::string first = line.substr(0, line.find(','));
+      const bool whole = std::count(line.begin(), line.end(), ',') == 5 && !first.empty() &&
+                         first.find_first_not_of("0123456789") == std::string::npos && first.size() < 18;
+      if (whole && std::stoll(first) <= start) kept += line + "\n";
+    }
+    write_atomically(csv.string(), [&](std::ostream& out) { out << kept; });
     log("train: resumed at step " + std::to_string(start));
   } else {
-    std::ofstream(csv) << "step,lr,train_loss,val_loss,tokens_per_s,elapsed_s\n";
+    write_atomically(csv.string(), [&](std::ostream& out) { out << csv_header; });
   }
 
   auto evaluate = [&]() {
@@ -132,6 +185,22 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
     return ck;
   };
 
+  // One resume generation for `done` steps, committed by the state file (see above).
+  auto save_resume = [&](int64_t done, double v) {
+    char stem[32];
+    std::snprintf(stem, sizeof stem, "step-%09lld", static_cast<long long>(done));
+    const std::string weights = "resume/" + std::string(stem) + ".safetensors", optim = "resume/" + std::string(stem) + ".optim";
+    fs::create_directories(resume_dir);
+    write_safetensors_checkpoint((dir / weights).string(), snapshot(done), metadata(done, v));
+    write_atomically_via((dir / optim).string(), [&](const std::string& tmp) { torch::save(opt, tmp); });
+    write_json_atomically(state_file.string(), {{"step", done}, {"best_val", best_val}, {"best_step", sum.best_step},
+                                                {"weights", weights}, {"optim", optim}, {"generator", to_hex(gen.get_state())}});
+    // Committed: earlier generations (and anything a kill left half-written) go.
+    for (const auto& e : fs::directory_iterator(resume_dir))
+      if (e.path().filename().string().rfind(stem, 0) != 0) fs::remove(e.path());
+    write_safetensors_checkpoint(last_ckpt.string(), snapshot(done), metadata(done, v));
+  };
+
   model->train();
   const auto t0 = std::chrono::steady_clock::now();
   double tokens_per_s = 0;
@@ -140,6 +209,7 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o.max_minutes > 0 && elapsed > o.max_minutes * 60) {
       log("train: time limit reached at step " + std::to_string(step));
+      if (step > start) save_resume(step, NAN);
       break;
     }
     const double lr = lr_at(step, o.steps, o.lr);
@@ -163,9 +233,7 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
         sum.best_step = step + 1;
         write_safetensors_checkpoint(best_ckpt.string(), snapshot(step + 1), metadata(step + 1, v));
       }
-      write_safetensors_checkpoint(last_ckpt.string(), snapshot(step + 1), metadata(step + 1, v));
-      torch::save(opt, last_opt.string());
-      write_json_atomically(state_file.string(), {{"step", step + 1}, {"best_val", best_val}, {"best_step", sum.best_step}});
+      save_resume(step + 1, v);
     }
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::ofstream(csv, std::ios::app) << step + 1 << "," << lr << "," << sum.last_train << ","

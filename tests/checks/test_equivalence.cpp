@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <string>
+#include <thread>
+#include <vector>
+
 #include "tinygpt/checks/equivalence.h"
 #include "tinygpt/checks/inject.h"
 #include "report.h"
@@ -175,6 +179,50 @@ TEST_F(Harness, RejectsBadOptions) {
   o = opts;
   o.sampling.temperature = 0;
   EXPECT_THROW(build_reference(model, o), std::invalid_argument);
+}
+
+// No hidden shared state inside a process: four threads, each with its own model (other weights)
+// running every check on a production cache and on a fault, give what each gives alone, to the
+// bit (tokens, every check's verdict and figures). The sampled check draws from its own seeded
+// generator, never LibTorch's global one, which is what makes this hold.
+TEST(Concurrency, ThreadsRunningChecksOnTheirOwnModelsGiveWhatEachGivesAlone) {
+  struct Outcome {
+    at::Tensor produced;
+    std::vector<std::string> lines;
+  };
+  auto run = [](uint64_t seed, const std::string& cache) {
+    GPT model{small_config(), seed};
+    model->eval();
+    EquivalenceOptions o{at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 60};
+    const auto ref = build_reference(model, o);
+    const auto r = check_equivalence(model, o, ref, cache_registry().get(cache));
+    Outcome out{r.produced, {}};
+    for (const auto& c : r.checks) out.lines.push_back(c.name + (c.passed ? " PASS " : " FAIL ") + c.detail);
+    return out;
+  };
+  const std::vector<std::pair<uint64_t, std::string>> jobs = {{21, "static"}, {22, "rolling"}, {23, "rope-offset"}, {24, "rows-mixed"}};
+  std::vector<Outcome> alone, together(jobs.size());
+  for (const auto& [seed, cache] : jobs) alone.push_back(run(seed, cache));
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i)
+    threads.emplace_back([&, i] {
+      try {
+        together[i] = run(jobs[i].first, jobs[i].second);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    SCOPED_TRACE(jobs[i].second);
+    ASSERT_EQ(errors[i], "");
+    EXPECT_TRUE(together[i].produced.equal(alone[i].produced));
+    EXPECT_EQ(together[i].lines, alone[i].lines);
+  }
+  // The jobs differ from each other (other weights, a fault): equal results are not a constant.
+  EXPECT_NE(alone[0].lines, alone[1].lines);
+  EXPECT_NE(alone[2].lines, alone[0].lines);
 }
 
 TEST(CacheRegistry, ACacheRegisteredAtRunTimeJoinsTheChecks) {

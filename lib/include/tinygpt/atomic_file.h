@@ -1,5 +1,8 @@
-// Every file the tool writes goes through here: written to a temporary file beside the target,
-// then renamed into place, so a failure never leaves a half-written file.
+// Every file the tool writes goes through here: written to a temporary file beside the target
+// (PATH.tmp.PID), flushed to the disk, then renamed into place, so a failure or a kill at any
+// moment leaves the old file or the new one, never a torn one (tests/kill/kill_writes.py kills
+// golden update, convert and train mid-write). Temporary files of writers that were killed are
+// removed by the next write to the same path.
 #pragma once
 
 #include <functional>
