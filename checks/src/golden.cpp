@@ -1,6 +1,7 @@
 #include "tinygpt/checks/golden.h"
 
 #include "bench.h"
+#include "golden_compare.h"
 
 #include <ATen/ATen.h>
 
@@ -26,7 +27,6 @@ namespace {
 constexpr const char* kGridPrompt = "And God said";
 constexpr int64_t kGridTokens = 60;
 constexpr int64_t kGreedyTokens = 600;
-constexpr int kDigestTop = 5;
 
 }  // namespace
 
@@ -101,101 +101,7 @@ nlohmann::json envelope(const std::string& name, c10::Device dev, uint64_t seed,
                          {"tokens", "exact on the same libtorch, device, dtype, threads and cpu; elsewhere a divergence only at a near-tie (each side's token in the other's top 2)"}}}};
 }
 
-// Text around position p of ids: a few tokens either side, decoded.
-std::string around(const Tokenizer& tok, const std::vector<int64_t>& ids, size_t p) {
-  const size_t lo = p >= 8 ? p - 8 : 0, hi = std::min(ids.size(), p + 4);
-  return tok.decode(std::vector<int64_t>(ids.begin() + lo, ids.begin() + hi));
-}
-
-std::string piece(const Tokenizer& tok, int64_t id) { return "'" + tok.decode({id}) + "'"; }
-
-bool in(const nlohmann::json& arr, int64_t id, int n) {
-  for (int k = 0; k < n && k < static_cast<int>(arr.size()); ++k)
-    if (arr[k].get<int64_t>() == id) return true;
-  return false;
-}
-
-// Compares one recorded trace with a fresh one.
-GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& want, const nlohmann::json& got,
-                               bool same_env, const Tokenizer& tok) {
-  GoldenCaseResult r{name, true, "", 0};
-  if (got.contains("error")) {
-    r.passed = false;
-    r.detail = "error: " + got["error"].get<std::string>();
-    return r;
-  }
-  const auto wi = want.at("ids").get<std::vector<int64_t>>(), gi = got.at("ids").get<std::vector<int64_t>>();
-  const int64_t t0 = want.at("prompt_len").get<int64_t>();
-  const auto& wd = want.at("digest"), &gd = got.at("digest");
-  size_t first = wi.size();
-  for (size_t p = 0; p < std::min(wi.size(), gi.size()); ++p)
-    if (wi[p] != gi[p]) {
-      first = p;
-      break;
-    }
-  if (wi.size() != gi.size() && first == wi.size()) first = std::min(wi.size(), gi.size());
-  // Logit digests up to and including the step that chose the first differing token.
-  const size_t steps = std::min<size_t>(wd.at("top_ids").size(), first >= static_cast<size_t>(t0) ? first - t0 + 1 : 0);
-  for (size_t s = 0; s < std::min(steps, gd.at("top_ids").size()); ++s) {
-    // Compare logits id by id where both top-5 lists hold the id.
-    for (int k = 0; k < kDigestTop; ++k)
-      for (int m = 0; m < kDigestTop; ++m)
-        if (wd.at("top_ids").at(s).at(k) == gd["top_ids"][s][m])
-          r.worst_logit_diff = std::max(r.worst_logit_diff, std::abs(wd.at("top_logits").at(s).at(k).get<double>() - gd["top_logits"][s][m].get<double>()));
-  }
-  char fig[96];
-  std::snprintf(fig, sizeof fig, "largest logit diff %.2e", r.worst_logit_diff);
-  if (r.worst_logit_diff > kDigestTolerance) {
-    r.passed = false;
-    r.detail = std::string(fig) + " > tolerance " + std::to_string(kDigestTolerance);
-  }
-  if (first < wi.size()) {
-    const size_t step = first - t0;
-    std::string where = "first mismatch at position " + std::to_string(first) + ": expected " + std::to_string(wi[first]) +
-                        " " + piece(tok, wi[first]) + ", got " + (first < gi.size() ? std::to_string(gi[first]) + " " + piece(tok, gi[first]) : "nothing") +
-                        "; expected text: \"" + around(tok, wi, first) + "\", got: \"" + (first < gi.size() ? around(tok, gi, first) : "") + "\"";
-    const bool near_tie = first < gi.size() && step < wd.at("top_ids").size() && step < gd["top_ids"].size() &&
-                          in(gd["top_ids"][step], wi[first], kNearTieTopN) && in(wd.at("top_ids").at(step), gi[first], kNearTieTopN);
-    if (same_env || !near_tie) {
-      r.passed = false;
-      r.detail = where + "; " + fig + (same_env ? " (same environment: tokens must be exact)" : " (not a near-tie)");
-    } else if (r.passed) {
-      r.detail = "accepted near-tie divergence in another environment: " + where;
-    }
-    return r;
-  }
-  if (r.passed) r.detail = std::to_string(wi.size() - t0) + " tokens identical, " + fig;
-  return r;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw InputError(p.string() + ": golden file missing (run `tinygpt golden update`)");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw InputError(p.string() + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
 }  // namespace
-
-nlohmann::json Provenance::to_json() const {
-  return {{"commit", commit}, {"libtorch", libtorch}, {"device", device}, {"dtype", dtype},
-          {"threads", threads}, {"cpu", cpu},       {"seed", seed}};
-}
-
-Provenance Provenance::from_json(const nlohmann::json& j) {
-  Provenance p;
-  p.commit = j.at("commit");
-  p.libtorch = j.at("libtorch");
-  p.device = j.at("device");
-  p.dtype = j.at("dtype");
-  p.threads = j.at("threads");
-  p.cpu = j.value("cpu", "unknown");
-  p.seed = j.at("seed");
-  return p;
-}
 
 Provenance Provenance::current(c10::Device device, uint64_t seed) {
   Provenance p;
@@ -206,10 +112,6 @@ Provenance Provenance::current(c10::Device device, uint64_t seed) {
   p.cpu = device.is_cuda() ? "n/a" : cpu_model();
   p.seed = seed;
   return p;
-}
-
-bool Provenance::same_environment(const Provenance& o) const {
-  return libtorch == o.libtorch && device == o.device && dtype == o.dtype && threads == o.threads && cpu == o.cpu;
 }
 
 Fixture load_fixture(const std::string& dir, c10::Device device) {
@@ -300,59 +202,11 @@ std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device dev, const
   const std::string suffix = variant ? " [" + variant->name + "]" : "";
   // Every recorded file is read once before the minutes of computing: a missing or broken one
   // is named at once.
-  for (const char* f : {"greedy_600.json", "sample_grid.json", "sampler_selfcheck.json"}) read_json(fs::path(fx.dir) / f);
+  for (const char* f : {"greedy_600.json", "sample_grid.json", "sampler_selfcheck.json"}) read_golden_json((fs::path(fx.dir) / f).string());
   for (const auto& [file, fresh] : compute_goldens(fx, dev, variant, uncached)) {
-    const nlohmann::json want = read_json(fs::path(fx.dir) / file);
-    try {  // a recorded file with fields missing or of the wrong type is named, not a crash
-    const bool same = Provenance::from_json(want.at("provenance")).same_environment(Provenance::from_json(fresh.at("provenance")));
-    const std::string c = want.at("case");
-    if (want.contains("model") && want.at("model") != fresh["model"]) {
-      out.push_back({c + suffix, false, "recorded for another model (weights digest " + want.at("model").get<std::string>() +
-                                            ", this model's " + fresh["model"].get<std::string>() + ")", 0});
-      continue;
-    }
-    if (want.contains("rows")) {
-      // Fresh rows by name: another cache recomputes only the cached rows.
-      for (const auto& got : fresh["rows"]) {
-        const std::string name = got["name"];
-        const nlohmann::json* w = nullptr;
-        for (const auto& row : want.at("rows"))
-          if (row.at("name") == name) w = &row;
-        if (!w) {
-          out.push_back({c + "/" + name + suffix, false, "no recorded golden for this case (run `tinygpt golden update`)", 0});
-          continue;
-        }
-        out.push_back(compare_trace(c + "/" + name + suffix, *w, got, same, fx.tokenizer));
-      }
-      for (const auto& row : want.at("rows")) {
-        bool computed = false;
-        for (const auto& got : fresh["rows"]) computed |= got["name"] == row.at("name");
-        if (!computed && !variant)
-          out.push_back({c + "/" + row.at("name").get<std::string>(), false, "recorded but no longer computed", 0});
-      }
-    } else {
-      for (size_t i = 0; i < want.at("items").size(); ++i) {
-        const auto& w = want.at("items").at(i);
-        const auto& g = fresh["items"].at(i);
-        GoldenCaseResult r{c + "/" + w.at("name").get<std::string>(), g["passed"].get<bool>(), "", 0};
-        if (!r.passed) r.detail = "the self-check itself fails: " + g.value("detail", std::string("?"));
-        else if (same && w.at("draws") != g["draws"]) {
-          r.passed = false;
-          const auto wd = w.at("draws").get<std::vector<int64_t>>(), gd = g["draws"].get<std::vector<int64_t>>();
-          size_t k = 0;
-          while (k < std::min(wd.size(), gd.size()) && wd[k] == gd[k]) ++k;
-          r.detail = "draw " + std::to_string(k) + " differs: expected " + (k < wd.size() ? std::to_string(wd[k]) : "none") +
-                     ", got " + (k < gd.size() ? std::to_string(gd[k]) : "none");
-        } else {
-          r.detail = !same ? "invariants hold (draws not compared across environments)"
-                     : w.at("draws").empty() ? "holds (no draws recorded)" : std::to_string(w.at("draws").size()) + " draws identical";
-        }
-        out.push_back(r);
-      }
-    }
-    } catch (const nlohmann::json::exception& e) {
-      throw InputError((fs::path(fx.dir) / file).string() + ": malformed golden file (" + e.what() + ")");
-    }
+    const std::string path = (fs::path(fx.dir) / file).string();
+    for (auto& r : compare_golden_document(path, read_golden_json(path), fresh, fx.tokenizer, suffix, variant != nullptr))
+      out.push_back(std::move(r));
   }
   return out;
 }
@@ -363,23 +217,26 @@ std::vector<std::string> update_goldens(Fixture& fx, c10::Device dev) {
     const fs::path p = fs::path(fx.dir) / file;
     std::string what = "new";
     if (fs::exists(p)) {
-      const nlohmann::json old = read_json(p);
+      const nlohmann::json old = read_golden_json(p.string());
       nlohmann::json a = old, b = fresh;
       a.erase("provenance");
       b.erase("provenance");
       if (a == b) what = "unchanged (provenance refreshed)";
       else {
         what = "changed:";
-        if (old.contains("rows") && fresh.contains("rows")) {
-          for (size_t i = 0; i < std::min(old["rows"].size(), fresh["rows"].size()); ++i) {
-            if (old["rows"][i]["ids"] != fresh["rows"][i]["ids"]) {
-              what += " " + fresh["rows"][i]["name"].get<std::string>() + " ids;";
-            } else if (old["rows"][i] != fresh["rows"][i]) {
-              what += " " + fresh["rows"][i]["name"].get<std::string>() + " logits;";
+        try {  // the old file is the user's: any shape at all, so every lookup is checked
+          if (old.contains("rows") && fresh.contains("rows")) {
+            for (size_t i = 0; i < std::min(old.at("rows").size(), fresh["rows"].size()); ++i) {
+              const auto& o = old.at("rows").at(i);
+              const std::string name = fresh["rows"][i]["name"];
+              if (!o.is_object() || !o.contains("ids") || o.at("ids") != fresh["rows"][i]["ids"]) what += " " + name + " ids;";
+              else if (o != fresh["rows"][i]) what += " " + name + " logits;";
             }
           }
+          if (old.contains("items") && old.at("items") != fresh["items"]) what += " draws;";
+        } catch (const nlohmann::json::exception&) {
+          what = "changed (the old file was malformed)";
         }
-        if (old.contains("items") && old["items"] != fresh["items"]) what += " draws;";
       }
     }
     write_json_atomically(p.string(), fresh);

@@ -95,7 +95,7 @@ def make_files(d):
     # golden folders: the shipped fixture with its goldens missing, broken, or short of a field
     import shutil
     golden = os.path.join(HERE, "..", "..", "golden")
-    for name in ("golden-empty", "golden-broken", "golden-field"):
+    for name in ("golden-empty", "golden-broken", "golden-field", "golden-float"):
         g = p(name)
         os.makedirs(g, exist_ok=True)
         for f in ("fixture.safetensors", "tokenizer.json"):
@@ -109,6 +109,10 @@ def make_files(d):
     doc = json.load(open(os.path.join(golden, "sampler_selfcheck.json")))
     doc.pop("case", None)
     json.dump(doc, open(os.path.join(p("golden-field"), "sampler_selfcheck.json"), "w"))
+    # Found by fuzz/fuzz_golden.cpp: a float where an id goes (get<int64_t>() of 1e54 was undefined behaviour).
+    doc = json.load(open(os.path.join(golden, "greedy_600.json")))
+    doc["rows"][0]["ids"][5] = 1.11111e54
+    json.dump(doc, open(os.path.join(p("golden-float"), "greedy_600.json"), "w"))
     return files
 
 
@@ -163,6 +167,8 @@ def cases(d, fixture_dir):
         ("golden folder without goldens", ["golden", "verify", "--dir", p("golden-empty")], "golden file missing", None),
         ("golden file that is not JSON", ["golden", "verify", "--dir", p("golden-broken")], "not valid JSON", None),
         ("golden file with a field missing", ["golden", "verify", "--dir", p("golden-field")], "malformed golden file", None),
+        ("golden file with a float where an id goes", ["golden", "verify", "--dir", p("golden-float")],
+         "ids must be an integer", None),
         ("prompt text without a tokenizer", ["generate", "--prompt", "hello"], "tokenizer", None),
         ("tokenizer of another vocabulary", ["generate", "--prompt", "hi", "--tokenizer", p("tok_small.json")], "vocab", None),
         ("conform engine that is not there", ["conform", "--engine", "/nonexistent/engine"], "hello", None),
