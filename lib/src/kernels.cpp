@@ -24,23 +24,24 @@ namespace tinygpt {
 
 namespace {
 
+// a . b over n floats in eight scalar lanes, added at the end, then the tail: the portable
+// paths' order of summation (the vector paths sum in the same eight lanes).
+inline float dot_lanes(const float* a, const float* b, int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) lane[j] += a[k + j] * b[k + j];
+  float s = 0;
+  for (int j = 0; j < 8; ++j) s += lane[j];
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
 // Dot products only: y[r][n] = x[r] . w[n] for n in [n0, n1). The epilogue adds the rest.
 // Portable path: the same blocking with eight scalar lanes, for CPUs without AVX2/FMA.
 void rows_generic(const float* w, const float* x, float* y, int64_t n0, int64_t n1, int64_t K, int64_t R, int64_t N) {
-  for (int64_t n = n0; n < n1; ++n) {
-    const float* wr = w + n * K;
-    for (int64_t r = 0; r < R; ++r) {
-      const float* xr = x + r * K;
-      float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t k = 0;
-      for (; k + 8 <= K; k += 8)
-        for (int j = 0; j < 8; ++j) lane[j] += wr[k + j] * xr[k + j];
-      float s = 0;
-      for (int j = 0; j < 8; ++j) s += lane[j];
-      for (; k < K; ++k) s += wr[k] * xr[k];
-      y[r * N + n] = s;
-    }
-  }
+  for (int64_t n = n0; n < n1; ++n)
+    for (int64_t r = 0; r < R; ++r) y[r * N + n] = dot_lanes(w + n * K, x + r * K, K);
 }
 
 #ifdef TINYGPT_HAVE_AVX2_PATH
@@ -249,15 +250,7 @@ void attention_row_generic(const float* q, const float* k, int64_t ks, const flo
                            int64_t hd, float scale, float* p) {
   float m = -INFINITY;
   for (int64_t s = 0; s < S; ++s) {
-    const float* kr = k + s * ks;
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t j = 0;
-    for (; j + 8 <= hd; j += 8)
-      for (int l = 0; l < 8; ++l) lane[l] += q[j + l] * kr[j + l];
-    float dot = 0;
-    for (int l = 0; l < 8; ++l) dot += lane[l];
-    for (; j < hd; ++j) dot += q[j] * kr[j];
-    p[s] = dot / scale;
+    p[s] = dot_lanes(q, k + s * ks, hd) / scale;
     m = std::max(m, p[s]);
   }
   float z = 0;
