@@ -52,6 +52,24 @@ __attribute__((target("avx2,fma"))) inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
+// out[i] = a_i . x for four rows a_0..a_3 of K floats (K % 8 == 0): four accumulators over the
+// one vector, each summed across its lanes at the end.
+__attribute__((target("avx2,fma"))) inline void dot4_avx2(const float* a0, const float* a1, const float* a2,
+                                                          const float* a3, const float* x, int64_t K, float* out) {
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  for (int64_t k = 0; k < K; k += 8) {
+    const __m256 vx = _mm256_loadu_ps(x + k);
+    c0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + k), vx, c0);
+    c1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + k), vx, c1);
+    c2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + k), vx, c2);
+    c3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + k), vx, c3);
+  }
+  out[0] = hsum(c0);
+  out[1] = hsum(c1);
+  out[2] = hsum(c2);
+  out[3] = hsum(c3);
+}
+
 // Four weight rows against two input rows: 8 accumulators + 6 loads fit the 16 ymm registers.
 // Needs K % 8 == 0 (checked by the caller); the last n1 % 4 rows go to the generic path.
 __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* x, float* y, int64_t n0, int64_t n1,
@@ -63,18 +81,7 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* 
     const float* w2 = w1 + K;
     const float* w3 = w2 + K;
     if (R == 1) {  // one input row: four accumulators, half the arithmetic of the paired loop
-      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-      for (int64_t k = 0; k < K; k += 8) {
-        const __m256 va = _mm256_loadu_ps(x + k);
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), va, a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w1 + k), va, a1);
-        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w2 + k), va, a2);
-        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w3 + k), va, a3);
-      }
-      y[n] = hsum(a0);
-      y[n + 1] = hsum(a1);
-      y[n + 2] = hsum(a2);
-      y[n + 3] = hsum(a3);
+      dot4_avx2(w0, w1, w2, w3, x, K, y + n);
       continue;
     }
     for (int64_t r = 0; r < R; r += 2) {
@@ -277,19 +284,9 @@ __attribute__((target("avx2,fma"))) void attention_row_avx2(const float* q, cons
   float m = -INFINITY;
   int64_t s = 0;
   for (; s + 4 <= S; s += 4) {
-    const float *k0 = k + s * ks, *k1 = k0 + ks, *k2 = k1 + ks, *k3 = k2 + ks;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t j = 0; j < hd; j += 8) {
-      const __m256 vq = _mm256_loadu_ps(q + j);
-      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k0 + j), vq, a0);
-      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k1 + j), vq, a1);
-      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k2 + j), vq, a2);
-      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k3 + j), vq, a3);
-    }
-    p[s] = hsum(a0) / scale;
-    p[s + 1] = hsum(a1) / scale;
-    p[s + 2] = hsum(a2) / scale;
-    p[s + 3] = hsum(a3) / scale;
+    const float* k0 = k + s * ks;
+    dot4_avx2(k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks, q, hd, p + s);
+    for (int i = 0; i < 4; ++i) p[s + i] /= scale;
     m = std::max(std::max(m, std::max(p[s], p[s + 1])), std::max(p[s + 2], p[s + 3]));
   }
   for (; s < S; ++s) {
