@@ -238,13 +238,15 @@ def part_train(a, rng):
     run = os.path.join(a.work, "train-kill")
     shutil.rmtree(run, ignore_errors=True)
     resumed_from = []
-    # Each run resumes from the last; kills land at random moments or inside the writes of one of
-    # the six validations (five files each: best, resume weights, optimizer, state, last).
-    for i, k in enumerate(kill_plan(rng, a.kills, took / 2, 5)):
+    # Each run resumes from the last; kills land at random moments or inside the checkpoint writes.
+    # Write kills count this run's temporary files in resume/: the 1st and 2nd are the first new
+    # generation's weights and optimizer, the 3rd the next generation's weights, so by then one
+    # generation is committed and the resume state must have moved on.
+    for i, k in enumerate(kill_plan(rng, a.kills, took / 2, 3)):
         cmd = base + ["--out", run] + (["--resume"] if i else [])
         os.makedirs(os.path.join(run, "resume"), exist_ok=True)
-        watch = None if k["delay"] is not None else os.path.join(run, "resume" if k["nth"] in (2, 3) else "")
-        killed, when = run_and_kill(cmd, k["delay"], watch, 1 if watch else 0, k.get("after", 0))
+        watch = None if k["delay"] is not None else os.path.join(run, "resume")
+        killed, when = run_and_kill(cmd, k["delay"], watch, k.get("nth", 0), k.get("after", 0))
         step = check_train_dir(run, describe(killed, when, k))
         resumed_from.append(step)
         print(f"kill-test: train run {i + 1} {describe(killed, when, k)}; its resume state is at step {step}", flush=True)
