@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/inject.h"
+#include "tinygpt/checks/parallel_runs.h"
 #include "model_source.h"
 #include "tinygpt/checks/data.h"
 #include "report.h"
@@ -183,7 +184,8 @@ Command add_verify(CLI::App& app) {
                 faults.push_back(&v);
               }
             }
-            auto say = [](const std::string& s) { std::cerr << "verify: " << s << "\n"; };
+            // One write per line: the runs below report from several threads.
+            auto say = [](const std::string& s) { std::cerr << ("verify: " + s + "\n"); };
             checks::Fixture fx = o->fixture.load(dev, /*need_dir=*/false);
             say("model " + (o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint) + ", weights digest " +
                 checks::model_digest(fx.model));
@@ -221,19 +223,28 @@ Command add_verify(CLI::App& app) {
             checks::EquivalenceOptions bopts{batch, std::min<int64_t>(o->tokens, 96)};
             say("a batch of 3 prompts: reference");
             const auto bref = checks::build_reference(fx.model, bopts);
-            for (const auto* v : production) {
-              say("a batch of 3 prompts: " + v->name);
-              rows.push_back(equivalence_row(checks::check_equivalence(fx.model, bopts, bref, *v), ", batch 3"));
-            }
             if (goldens) say("goldens in " + fx.dir);
             else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
+            // Per production cache: the batch of three, then its goldens; run side by side as the
+            // fault matrix's runs are (each its own cache and generators), rows kept in this order.
             const bool reuse = o->tokens == 600;  // the golden greedy run is the same uncached run
-            for (const auto* v : goldens ? production : std::vector<const checks::CacheVariant*>{}) {
-              t = Timer();
+            std::vector<std::vector<checks::VerifyRow>> parts(2 * production.size());
+            checks::run_in_parallel(parts.size(), checks::default_workers(dev), [&](size_t i) {
+              const checks::CacheVariant* v = production[i / 2];
+              Timer pt;
+              if (i % 2 == 0) {
+                parts[i].push_back(equivalence_row(checks::check_equivalence(fx.model, bopts, bref, *v), ", batch 3"));
+                say("a batch of 3 prompts: " + v->name + " checked");
+                return;
+              }
+              if (!goldens) return;
               const auto gs = checks::verify_goldens(fx, dev, v->name == "rolling" ? nullptr : v, reuse ? &ref : nullptr);
-              const double each = t.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
-              for (const auto& g : gs) rows.push_back({"golden:" + g.name, g.passed, g.detail, each});
-            }
+              const double each = pt.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
+              for (const auto& g : gs) parts[i].push_back({"golden:" + g.name, g.passed, g.detail, each});
+              say("goldens through " + v->name + " checked");
+            });
+            for (size_t k : {0, 1})  // every batch row first, then every golden row
+              for (size_t i = k; i < parts.size(); i += 2) rows.insert(rows.end(), parts[i].begin(), parts[i].end());
             say("sampler self-check");
             t = Timer();
             const auto sc = checks::sampler_selfcheck(checks::production_pick(), dev);

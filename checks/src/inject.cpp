@@ -3,8 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <mutex>
 #include <sstream>
+
+#include "tinygpt/checks/parallel_runs.h"
 
 namespace tinygpt::checks {
 
@@ -43,10 +47,15 @@ bool InjectionReport::passed() const { return controls_passed() && faults_passed
 InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
                               const std::vector<const CacheVariant*>& faults, const InjectionOptions& io,
                               const std::function<void(const std::string&)>& progress) {
-  auto say = [&](const std::string& s) { if (progress) progress(s); };
+  std::mutex say_mu;
+  auto say = [&](const std::string& s) {
+    std::lock_guard<std::mutex> lock(say_mu);
+    if (progress) progress(s);
+  };
   const std::vector<const CacheVariant*> controls = io.controls.empty() ? cache_registry().all(/*faults=*/false) : io.controls;
   if (io.fault_tokens < 0 || io.fault_tokens > opts.tokens)
     throw std::invalid_argument("inject: fault tokens must be in [0, " + std::to_string(opts.tokens) + "]");
+  if (io.workers < 0) throw std::invalid_argument("inject: workers must be >= 0");
   EquivalenceOptions fopts = opts;
   if (io.fault_tokens > 0) fopts.tokens = io.fault_tokens;
   const int64_t drift_tokens = std::min(io.drift_tokens, fopts.tokens);
@@ -57,22 +66,34 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
   }
   const Reference& ref = io.reference ? *io.reference : built;
   const Reference fref = fopts.tokens == opts.tokens ? ref : ref.prefix(fopts.tokens);
+
+  // Every control and fault is one run; the controls (longest) first, then the faults in order.
+  const size_t runs = controls.size() + faults.size();
+  std::vector<EquivalenceResult> results(runs);
+  std::atomic<size_t> faults_done{0};
+  run_in_parallel(runs, io.workers > 0 ? io.workers : default_workers(opts.prompt.device()), [&](size_t i) {
+    if (i < controls.size()) {
+      say("negative control: " + controls[i]->name);
+      results[i] = check_equivalence(model, opts, ref, *controls[i]);
+      return;
+    }
+    const CacheVariant* v = faults[i - controls.size()];
+    results[i] = check_equivalence(model, fopts, fref, *v);
+    say("fault " + std::to_string(++faults_done) + "/" + std::to_string(faults.size()) + " checked: " + v->name);
+  });
+
   InjectionReport rep;
-  for (const CacheVariant* c : controls) {
-    say("negative control: " + c->name);
-    rep.controls.push_back(check_equivalence(model, opts, ref, *c));
-  }
+  for (size_t i = 0; i < controls.size(); ++i) rep.controls.push_back(std::move(results[i]));
   // The seed's drift measure compares a fault's greedy output with the correct cached output.
-  const at::Tensor correct = rep.controls.front().produced;
-  size_t i = 0;
-  for (const CacheVariant* v : faults) {
-    say("fault " + std::to_string(++i) + "/" + std::to_string(faults.size()) + ": " + v->name);
+  const at::Tensor correct = rep.controls.empty() ? at::Tensor() : rep.controls.front().produced;
+  for (size_t k = 0; k < faults.size(); ++k) {
+    const CacheVariant* v = faults[k];
+    const EquivalenceResult& r = results[controls.size() + k];
     FaultOutcome f;
     f.fault = v->name;
     f.description = v->description;
     f.expected = v->expected;
     f.drift_window = drift_tokens;
-    EquivalenceResult r = check_equivalence(model, fopts, fref, *v);
     f.checks = r.checks;
     f.step_diffs = r.loop_band.diffs;
     std::optional<int64_t> first;

@@ -9,7 +9,14 @@
 
 #include "tinygpt/checks/equivalence.h"
 #include "tinygpt/checks/inject.h"
+#include "tinygpt/checks/parallel_runs.h"
 #include "report.h"
+
+#include <ATen/Parallel.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
 
 namespace tinygpt::checks {
 namespace {
@@ -65,6 +72,65 @@ TEST_F(Harness, EveryFaultIsCaughtByTheChecksItNamesAndTheControlsPass) {
     EXPECT_TRUE(f.missed_expected().empty()) << f.fault << " missed by " << f.missed_expected().front();
   }
   EXPECT_TRUE(rep.passed()) << format_injection(rep);
+}
+
+// The runs of the matrix side by side give what they give one at a time: every verdict, detail,
+// drift and per-step difference, with the controls, for a fault of each family. One worker on
+// one intra-op thread is the reference; two workers get one thread each, as verify runs them.
+TEST_F(Harness, FaultMatrixRunsSideBySideGiveWhatTheyGiveOneAtATime) {
+  std::vector<const CacheVariant*> faults;
+  for (const char* n : {"rope-offset", "never-trimmed", "loop-no-reset", "loop-history-no-prompt", "rows-mixed"})
+    faults.push_back(&cache_registry().get(n));
+  InjectionOptions io;
+  io.drift_tokens = 40;
+  io.fault_tokens = 60;
+  const int threads = at::get_num_threads();
+  auto lines = [](const InjectionReport& rep) {
+    std::vector<std::string> out;
+    for (const auto& c : rep.controls)
+      for (const auto& k : c.checks) out.push_back(c.cache + " " + k.name + (k.passed ? " PASS " : " FAIL ") + k.detail);
+    for (const auto& f : rep.faults) {
+      for (const auto& k : f.checks) out.push_back(f.fault + " " + k.name + (k.passed ? " PASS " : " FAIL ") + k.detail);
+      out.push_back(f.fault + " drift " + (f.drift_after ? std::to_string(*f.drift_after) : "none"));
+      for (double d : f.step_diffs) out.push_back(f.fault + " step " + std::to_string(d));
+    }
+    return out;
+  };
+  // One reference for both: it is built on the calling thread, and its last bits follow that
+  // thread's intra-op count, which is not what this test is about.
+  const Reference ref = build_reference(model, opts);
+  io.reference = &ref;
+  at::set_num_threads(1);
+  io.workers = 1;
+  const auto alone = run_injection(model, opts, faults, io);
+  at::set_num_threads(2);
+  io.workers = 2;
+  const auto together = run_injection(model, opts, faults, io);
+  EXPECT_EQ(at::get_num_threads(), 2) << "the caller's intra-op threads come back";
+  at::set_num_threads(threads);
+  ASSERT_EQ(together.faults.size(), faults.size());
+  for (size_t i = 0; i < faults.size(); ++i) EXPECT_EQ(together.faults[i].fault, faults[i]->name) << "order kept";
+  EXPECT_EQ(lines(together), lines(alone));
+  // Not a constant: the faults differ from each other and are caught.
+  EXPECT_EQ(alone.caught(), static_cast<int>(faults.size()));
+  EXPECT_NE(lines(alone)[0], lines(alone)[lines(alone).size() / 2]);
+}
+
+TEST(ParallelRuns, EveryJobRunsOnceAndTheFirstErrorComesBack) {
+  const int threads = at::get_num_threads();
+  std::vector<std::atomic<int>> runs(40);
+  run_in_parallel(runs.size(), 3, [&](size_t i) { ++runs[i]; });
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(runs[i].load(), 1) << i;
+  std::atomic<int> started{0};
+  EXPECT_THROW(run_in_parallel(40, 2, [&](size_t i) {
+                 ++started;
+                 if (i == 3) throw std::runtime_error("job 3");
+                 if (i > 3) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // 36 of them: 0.7 s
+               }),
+               std::runtime_error);
+  EXPECT_LT(started.load(), 40) << "after an error the workers take no new jobs";
+  EXPECT_EQ(at::get_num_threads(), threads);
+  EXPECT_THROW(run_in_parallel(3, 0, [](size_t) {}), std::invalid_argument);
 }
 
 // Which check catches what is the point of the matrix: these must stay exactly so.

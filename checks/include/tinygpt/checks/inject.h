@@ -45,6 +45,10 @@ struct InjectionOptions {
   int64_t fault_tokens = 0;
   std::vector<const CacheVariant*> controls;  // empty: every production variant of the registry
   const Reference* reference = nullptr;       // reuse a reference built for `opts` (else built here)
+  // Runs (controls and faults) checked at once (run_in_parallel): 0 = default_workers. Each run
+  // has its own cache and generators: the worker count changes no figure. The intra-op threads
+  // per run can, in the last bits (LibTorch's reductions split by thread count).
+  int workers = 0;
 };
 
 InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
