@@ -104,7 +104,8 @@ Command add_inject(CLI::App& app) {
       "Run fault-injected decode paths (attention, cache, loop and batch bugs) through every check and print\n"
       "the detection matrix (fault x check), each fault's drift from the correct cached output, and the\n"
       "mutation score. Exits 1 if any fault is missed by every check or by a check that must catch it\n"
-      "(MISSED!), or if a production cache (the negative controls) fails a check.");
+      "(MISSED!), or if a production cache (the negative controls) fails a check. The runs go side by side\n"
+      "on the CPU, one per --threads, each on one thread.");
   cmd->add_option("--fault", *fault, "fault name, or all")->capture_default_str();
   cmd->add_option("--drift-tokens", io->drift_tokens, "greedy tokens for the drift measure")->capture_default_str()->check(kPositive);
   cmd->add_option("--fault-tokens", io->fault_tokens,

@@ -160,7 +160,8 @@ Command add_verify(CLI::App& app) {
       "goldens through every production cache, and the sampler self-check. With --checkpoint, the same on\n"
       "your model (goldens when --dir holds golden files recorded for it: `tinygpt golden update --dir D\n"
       "--checkpoint F --tokenizer T`). Prints one summary table, writes a JSON report (and JUnit XML with\n"
-      "--junit), exits 1 on any failure.");
+      "--junit), exits 1 on any failure. Independent runs (the fault matrix's, the batch of three, the\n"
+      "goldens per cache) go side by side on the CPU, one per --threads, each on one thread.");
   o->fixture.add(cmd, "golden folder (default: the shipped fixture's)");
   cmd->add_option("--json", o->json, "JSON report path")->capture_default_str();
   cmd->add_option("--junit", o->junit, "also write JUnit XML here");
