@@ -20,6 +20,7 @@ Command add_bench(CLI::App& app) {
     checks::BenchOptions bench;
     std::string json;
     bool no_uncached = false, profile = false;
+    int64_t profile_batch = 1;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -29,7 +30,7 @@ Command add_bench(CLI::App& app) {
       "bytes, and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
       "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads, LibTorch, the BLAS\n"
       "actually loaded). Numbers vary between runs on shared machines: compare ratios from one run.\n"
-      "With --profile: where one batch-1 decode step's time goes, per cache.");
+      "With --profile: where one decode step's time goes (batch 1, or --profile-batch), per cache.");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
@@ -38,7 +39,8 @@ Command add_bench(CLI::App& app) {
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--prompt-len", o->bench.prompt_len, "random prompt length")->capture_default_str()->check(kPositive);
   cmd->add_flag("--no-uncached", o->no_uncached, "skip the uncached loop (its 1024-token rows take minutes at batch 16)");
-  cmd->add_flag("--profile", o->profile, "also break one batch-1 decode step down into its parts, per cache");
+  cmd->add_flag("--profile", o->profile, "also break one decode step down into its parts, per cache");
+  cmd->add_option("--profile-batch", o->profile_batch, "rows of the profiled step")->capture_default_str()->check(kPositive);
   cmd->add_option("--json", o->json, "write {machine, rows, memory, peak_rss_bytes[, profile]} here (atomically)");
   add_model_options(cmd, o->model);
   add_run_options(cmd, o->run);
@@ -59,7 +61,7 @@ Command add_bench(CLI::App& app) {
               nlohmann::json ps = nlohmann::json::array();
               for (const auto& c : o->bench.caches) {
                 progress("profiling a decode step: " + c);
-                profiles.push_back(checks::profile_step(model, c, model->config().context));
+                profiles.push_back(checks::profile_step(model, c, model->config().context, o->profile_batch));
                 ps.push_back(profiles.back().to_json());
               }
               doc["profile"] = ps;

@@ -177,7 +177,7 @@ std::string BenchReport::format() const {
   return s.str();
 }
 
-StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t context_fill) {
+StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t context_fill, int64_t batch) {
   const CacheVariant& v = cache_registry().get(cache_name);
   const DecodePath path = v.path();
   const Config& cfg = model->config();
@@ -185,44 +185,47 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(dev);
   const int64_t d = cfg.d_model, H = cfg.n_heads, hd = cfg.head_dim(), reps = 200;
   if (context_fill < 1 || context_fill > cfg.context) throw std::invalid_argument("profile: fill must be in [1, context]");
+  if (batch < 1) throw std::invalid_argument("profile: batch must be >= 1");
+  const int64_t B = batch;
   at::NoGradGuard no_grad;
   StepProfile p;
   p.cache = cache_name;
+  p.batch = B;
   auto timed = [&](auto&& f) {
     f();
     return seconds(dev, [&] { for (int64_t i = 0; i < reps; ++i) f(); }) / reps * 1e6;  // us per call of f
   };
   // The whole step on a cache filled to `context_fill`, positions growing as in generation.
   auto cache = v.make_cache(cfg);
-  const at::Tensor tok = at::ones({1, 1}, at::TensorOptions().dtype(at::kLong).device(dev));
-  model->step(at::ones({1, context_fill}, tok.options()), *cache, 0, *path.policy, path.kernels);
+  const at::Tensor tok = at::ones({B, 1}, at::TensorOptions().dtype(at::kLong).device(dev));
+  model->step(at::ones({B, context_fill}, tok.options()), *cache, 0, *path.policy, path.kernels);
   int64_t pos = context_fill;
   p.step_us = timed([&] { model->step(tok, *cache, pos++, *path.policy, path.kernels); });
   // Each part with the step's shapes, summed over the layers.
   std::vector<std::tuple<at::Tensor, at::Tensor, at::Tensor>> products;  // (input, weight, bias)
   for (const auto& m : *model->blocks) {
     auto* b = m->as<BlockImpl>();
-    products.emplace_back(at::randn({1, 1, d}, f32), b->attn->qkv->weight, at::Tensor());
-    products.emplace_back(at::randn({1, 1, d}, f32), b->attn->out->weight, at::Tensor());
+    products.emplace_back(at::randn({B, 1, d}, f32), b->attn->qkv->weight, at::Tensor());
+    products.emplace_back(at::randn({B, 1, d}, f32), b->attn->out->weight, at::Tensor());
     auto* up = b->mlp[0]->as<torch::nn::LinearImpl>();
     auto* down = b->mlp[2]->as<torch::nn::LinearImpl>();
-    products.emplace_back(at::randn({1, 1, d}, f32), up->weight, up->bias);
-    products.emplace_back(at::randn({1, 1, 4 * d}, f32), down->weight, down->bias);
+    products.emplace_back(at::randn({B, 1, d}, f32), up->weight, up->bias);
+    products.emplace_back(at::randn({B, 1, 4 * d}, f32), down->weight, down->bias);
   }
-  products.emplace_back(at::randn({1, d}, f32), model->emb->weight, at::Tensor());
+  products.emplace_back(at::randn({B, d}, f32), model->emb->weight, at::Tensor());
   p.parts_us.emplace_back("weight products (4 per layer + head)", timed([&] {
     for (auto& [x, w, b] : products) project(x, w, b, path.kernels);
   }));
   const int64_t S = std::min(cfg.context + 1, context_fill + 1);
-  const at::Tensor q = at::randn({1, H, 1, hd}, f32), K = at::randn({1, H, S, hd}, f32), V = at::randn({1, H, S, hd}, f32);
+  const at::Tensor q = at::randn({B, H, 1, hd}, f32), K = at::randn({B, H, S, hd}, f32), V = at::randn({B, H, S, hd}, f32);
   p.parts_us.emplace_back("attention (" + std::to_string(S) + " keys)", timed([&] {
     for (int64_t l = 0; l < cfg.n_layers; ++l) attend(q, K, V, {}, path.kernels);
   }));
-  const at::Tensor x = at::randn({1, 1, d}, f32), w = at::ones({d}, f32), b = at::zeros({d}, f32);
+  const at::Tensor x = at::randn({B, 1, d}, f32), w = at::ones({d}, f32), b = at::zeros({d}, f32);
   p.parts_us.emplace_back("layer norms (2 per layer + final)", timed([&] {
     for (int64_t l = 0; l < 2 * cfg.n_layers + 1; ++l) layer_norm(x, w, b, 1e-5, path.kernels);
   }));
-  at::Tensor qq = at::randn({1, H, 1, hd}, f32), kk = at::randn({1, H, 1, hd}, f32), vv = at::randn({1, H, 1, hd}, f32);
+  at::Tensor qq = at::randn({B, H, 1, hd}, f32), kk = at::randn({B, H, 1, hd}, f32), vv = at::randn({B, H, 1, hd}, f32);
   p.parts_us.emplace_back("RoPE on q and k", timed([&] {
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
       at::Tensor a = qq, c = kk, e = vv;
@@ -230,7 +233,7 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
     }
   }));
   auto store = v.make_cache(cfg);
-  for (int64_t l = 0; l < cfg.n_layers; ++l) store->update(l, at::randn({1, H, context_fill, hd}, f32), at::randn({1, H, context_fill, hd}, f32));
+  for (int64_t l = 0; l < cfg.n_layers; ++l) store->update(l, at::randn({B, H, context_fill, hd}, f32), at::randn({B, H, context_fill, hd}, f32));
   p.parts_us.emplace_back("cache update (append, trim)", timed([&] {
     for (int64_t l = 0; l < cfg.n_layers; ++l) store->update(l, kk, vv);
   }));
@@ -243,13 +246,14 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
 nlohmann::json StepProfile::to_json() const {
   nlohmann::json parts = nlohmann::json::array();
   for (const auto& [name, us] : parts_us) parts.push_back({{"part", name}, {"us", us}});
-  return {{"cache", cache}, {"step_us", step_us}, {"parts", parts}};
+  return {{"cache", cache}, {"batch", batch}, {"step_us", step_us}, {"parts", parts}};
 }
 
 std::string StepProfile::format() const {
   std::ostringstream s;
   char line[160];
-  std::snprintf(line, sizeof line, "batch-1 decode step, cache %s: %.0f us (%.0f tok/s)\n", cache.c_str(), step_us, 1e6 / step_us);
+  std::snprintf(line, sizeof line, "batch-%lld decode step, cache %s: %.0f us (%.0f tok/s)\n", static_cast<long long>(batch),
+                cache.c_str(), step_us, 1e6 * static_cast<double>(batch) / step_us);
   s << line;
   for (const auto& [name, us] : parts_us) {
     std::snprintf(line, sizeof line, "  %-50s %8.0f us  %5.1f%%\n", name.c_str(), us, 100.0 * us / step_us);

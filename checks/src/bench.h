@@ -59,16 +59,18 @@ struct BenchReport {
 
 BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<void(const std::string&)>& progress = {});
 
-// Where one batch-1 decode step's time goes, each part timed alone with the model's shapes and the
-// chosen cache's kernels: weight products, attention, norms, RoPE, cache writes; the rest (LibTorch
-// dispatch, views, allocation, the sampler) is the step's time minus their sum.
+// Where one decode step's time goes (`batch` rows, the cache filled to `context_fill`), each part
+// timed alone with the model's shapes and the chosen cache's kernels: weight products, attention,
+// norms, RoPE, cache writes; the rest (LibTorch dispatch, views, allocation, the embedding, thread
+// wake-ups) is the step's time minus their sum.
 struct StepProfile {
   std::string cache;
+  int64_t batch = 1;
   double step_us = 0;
   std::vector<std::pair<std::string, double>> parts_us;
   nlohmann::json to_json() const;
   std::string format() const;
 };
-StepProfile profile_step(GPT& model, const std::string& cache, int64_t context_fill);
+StepProfile profile_step(GPT& model, const std::string& cache, int64_t context_fill, int64_t batch = 1);
 
 }  // namespace tinygpt::checks
