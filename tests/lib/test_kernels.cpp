@@ -2,6 +2,7 @@
 // products with their fused epilogues, LayerNorm, and the one-query attention. The model-level
 // proof is the equivalence harness; these pin each kernel down alone, on awkward shapes too.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,14 +19,34 @@ at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-// Rows 1..17 and sizes that are not multiples of the kernel's blocks (N % 4, K % 8) take the tails.
+// Rows 1..17 (input rows go in groups of three, then two or one) and sizes that are not multiples
+// of the kernel's blocks (N % 4, K % 8) take the tails.
 TEST(Matvec, EqualsLinearOnEveryBlockingCase) {
-  for (int64_t R : {1, 2, 3, 16, 17})
+  for (int64_t R : {1, 2, 3, 4, 5, 16, 17})
     for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{768, 256}, {7, 13}, {1, 8}, {4099, 24}}) {
       at::Tensor x = randn({R, K}, 1), w = randn({N, K}, 2), b = randn({N}, 3);
       EXPECT_LT(max_diff(matvec(x, w, b), at::linear(x, w, b)), 1e-4) << R << " " << N << "x" << K;
       EXPECT_LT(max_diff(matvec(x, w, {}), at::linear(x, w)), 1e-4) << R << " " << N << "x" << K;
     }
+}
+
+// A row's result must not depend on the rows beside it: whether it is computed in a group of
+// three, two or alone, with one thread or two, it is the same sum in the same order, bit for bit.
+// The batch checks rely on it (a batch row against the same prompt alone).
+TEST(Matvec, EachRowIsTheSameSumWhateverTheBatch) {
+  const int threads = at::get_num_threads();
+  for (auto [N, K] : std::vector<std::pair<int64_t, int64_t>>{{768, 256}, {257, 1024}}) {
+    const at::Tensor x = randn({16, K}, 20), w = randn({N, K}, 21), b = randn({N}, 22);
+    for (int t : {1, 2}) {
+      at::set_num_threads(t);
+      const at::Tensor all = matvec(x, w, b);  // (16, N)
+      for (int64_t R : {1, 2, 3, 4, 5})
+        for (int64_t r0 = 0; r0 + R <= 16; r0 += 4)
+          EXPECT_TRUE(matvec(x.narrow(0, r0, R), w, b).equal(all.narrow(0, r0, R)))
+              << "rows " << r0 << ".." << r0 + R - 1 << " of " << N << "x" << K << ", " << t << " threads";
+    }
+  }
+  at::set_num_threads(threads);
 }
 
 TEST(Matvec, ProjectFusesBiasGeluAndResidualInTheLibraryOrder) {
