@@ -30,6 +30,9 @@ Command add_bench(CLI::App& app) {
       "bytes, and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
       "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads, LibTorch, the BLAS\n"
       "actually loaded). Numbers vary between runs on shared machines: compare ratios from one run.\n"
+      "Each cell also gets this machine's bound, measured in the same run: every step must read the weights\n"
+      "and the cached keys and values and do its FLOPs, so it takes at least max(bytes / read rate, FLOPs /\n"
+      "1024^3 matmul rate); 'of bound' is the cached rate against it.\n"
       "With --profile: where one decode step's time goes (batch 1, or --profile-batch), per cache.");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
       ->check(kPositive);

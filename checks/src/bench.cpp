@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -65,6 +66,65 @@ std::string cpu_model() {
   return "unknown";
 }
 
+std::vector<StepCost> run_step_costs(const Config& cfg, int64_t batch, int64_t prompt_len, int64_t tokens) {
+  if (batch < 1 || prompt_len < 1 || tokens < 1) throw std::invalid_argument("run_step_costs: batch, prompt and tokens must be >= 1");
+  const double d = static_cast<double>(cfg.d_model), L = static_cast<double>(cfg.n_layers), B = static_cast<double>(batch);
+  const double block_weights = L * 12.0 * d * d;            // qkv 3d^2, out d^2, MLP 2 x 4d^2 per layer
+  const double head_weights = static_cast<double>(cfg.vocab_size) * d;  // tied head
+  std::vector<StepCost> steps;
+  // Step 0 is the prefill: the last min(prompt, context) prompt tokens, one query each, keys 1..T.
+  const int64_t prefill = std::min(prompt_len, cfg.context);
+  int64_t cached = 0;  // entries in the cache before the step
+  for (int64_t i = 0; i < tokens; ++i) {
+    const int64_t T = i == 0 ? prefill : 1;
+    const double S = static_cast<double>(std::min(cached, cfg.context) + T);  // keys the last query sees
+    const double keys_read = i == 0 ? 0.0 : S;                                // the prefill attends to its own k, v
+    StepCost c;
+    c.bytes = 4.0 * (block_weights + head_weights) + 2.0 * L * B * keys_read * d * 4.0;
+    // Each query row meets every block weight once; attention q.k and p.v: 2 x 2 x d per key, all
+    // keys for a decode query, on average (T + 1) / 2 of them per prefill query (causal).
+    const double att_keys = i == 0 ? static_cast<double>(T) * (T + 1) / 2.0 : S;
+    c.flops = B * (2.0 * static_cast<double>(T) * block_weights + 2.0 * head_weights + 4.0 * L * d * att_keys);
+    steps.push_back(c);
+    cached = std::min(cached, cfg.context) + T;
+  }
+  return steps;
+}
+
+double run_bound_seconds(const std::vector<StepCost>& steps, double read_bytes_s, double flops_s) {
+  if (!(read_bytes_s > 0) || !(flops_s > 0)) throw std::invalid_argument("run_bound_seconds: rates must be > 0");
+  double t = 0;
+  for (const auto& c : steps) t += std::max(c.bytes / read_bytes_s, c.flops / flops_s);
+  return t;
+}
+
+double measure_read_rate(c10::Device device, int64_t bytes) {
+  const int64_t n = std::max<int64_t>(1 << 14, bytes / 4);
+  at::NoGradGuard no_grad;
+  const at::Tensor buf = at::ones({n}, at::TensorOptions().dtype(at::kFloat).device(device));
+  float total = 0;
+  auto pass = [&] { total = device.is_cuda() ? buf.sum().item<float>() : read_pass(buf); };
+  double best = 0;
+  for (int rep = 0; rep < 8; ++rep) {
+    const double t = seconds(device, pass);
+    if (rep > 0 && t > 0) best = std::max(best, static_cast<double>(n) * 4.0 / t);  // rep 0 warms up
+  }
+  if (!(total > 0)) throw std::logic_error("measure_read_rate: the read pass summed wrong");
+  return best;
+}
+
+double measure_product_rate(c10::Device device) {
+  at::NoGradGuard no_grad;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  const at::Tensor a = at::ones({1024, 1024}, f32), b = at::ones({1024, 1024}, f32);
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const double t = seconds(device, [&] { (void)at::mm(a, b); });
+    if (rep > 0 && t > 0) best = std::max(best, 2.0 * 1024.0 * 1024.0 * 1024.0 / t);
+  }
+  return best;
+}
+
 MachineInfo MachineInfo::current(c10::Device device) {
   MachineInfo m;
   m.cpu = cpu_model();
@@ -78,7 +138,7 @@ MachineInfo MachineInfo::current(c10::Device device) {
 
 nlohmann::json MachineInfo::to_json() const {
   return {{"cpu", cpu}, {"threads", threads}, {"libtorch", libtorch}, {"blas", blas},
-          {"reference_blas", reference_blas}, {"device", device}};
+          {"reference_blas", reference_blas}, {"device", device}, {"product_flops_s", product_flops_s}};
 }
 
 BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<void(const std::string&)>& progress) {
@@ -96,6 +156,18 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
   at::NoGradGuard no_grad;
   BenchReport rep;
   rep.machine = MachineInfo::current(dev);
+  say("measuring this machine's product rate");
+  rep.machine.product_flops_s = measure_product_rate(dev);
+  // The read rate depends on how much a step touches (cache-sized or not): measured per cell, over
+  // the bytes of the cell's average step.
+  auto bound = [&](int64_t batch, int64_t n, BenchRow& row) {
+    say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: this machine's bound");
+    const auto steps = run_step_costs(cfg, batch, opts.prompt_len, n);
+    double bytes = 0;
+    for (const auto& c : steps) bytes += c.bytes;
+    row.read_bytes_s = measure_read_rate(dev, static_cast<int64_t>(bytes / static_cast<double>(steps.size())));
+    row.bound_tok_s = static_cast<double>(batch * n) / run_bound_seconds(steps, row.read_bytes_s, rep.machine.product_flops_s);
+  };
   for (int64_t batch : opts.batches) {
     at::Generator gen = at::detail::createCPUGenerator(opts.prompt_seed);
     const at::Tensor prompt = at::randint(0, cfg.vocab_size, {batch, opts.prompt_len}, gen, at::kLong).to(dev);
@@ -112,6 +184,8 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
         say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: uncached");
         slow = seconds(dev, [&] { generate_uncached(model, prompt, n, greedy()); });
       }
+      BenchRow limit;
+      bound(batch, n, limit);
       for (size_t i = 0; i < variants.size(); ++i) {
         say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: " + variants[i]->name);
         const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *caches[i], variants[i]->path()); });
@@ -120,6 +194,8 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
           row.uncached_tok_s = static_cast<double>(batch * n) / slow;
           row.speedup = slow / fast;
         }
+        row.bound_tok_s = limit.bound_tok_s;
+        row.read_bytes_s = limit.read_bytes_s;
         rep.rows.push_back(row);
       }
     }
@@ -141,7 +217,8 @@ nlohmann::json BenchReport::to_json() const {
   nlohmann::json r = nlohmann::json::array(), m = nlohmann::json::array();
   for (const auto& x : rows)
     r.push_back({{"cache", x.cache}, {"batch", x.batch}, {"tokens", x.tokens}, {"uncached_tok_s", x.uncached_tok_s},
-                 {"cached_tok_s", x.cached_tok_s}, {"speedup", x.speedup}});
+                 {"cached_tok_s", x.cached_tok_s}, {"speedup", x.speedup}, {"bound_tok_s", x.bound_tok_s},
+                 {"read_bytes_s", x.read_bytes_s}});
   for (const auto& x : memory) {
     m.push_back({{"cache", x.cache}, {"cache_bytes", x.bytes}, {"capacity_bytes", x.capacity_bytes}, {"formula_bytes", x.formula_bytes}});
     for (auto& row : r)
@@ -156,18 +233,36 @@ std::string BenchReport::format() const {
     << machine.blas << ", device " << machine.device << "\n";
   if (machine.reference_blas)
     s << "WARNING: LibTorch runs on reference BLAS: install libopenblas0-openmp (products ~17x slower)\n";
-  char line[160];
-  std::snprintf(line, sizeof line, "%-10s %5s %6s %15s %12s %8s\n", "cache", "batch", "tokens", "no cache tok/s", "cache tok/s", "speedup");
+  char line[200];
+  std::snprintf(line, sizeof line, "%-10s %5s %6s %15s %12s %8s %12s %9s\n", "cache", "batch", "tokens", "no cache tok/s",
+                "cache tok/s", "speedup", "bound tok/s", "of bound");
   s << line;
   for (const auto& r : rows) {
-    char unc[32] = "-", sp[16] = "-";
+    char unc[32] = "-", sp[16] = "-", bd[32] = "-", of[16] = "-";
     if (r.uncached_tok_s > 0) {
       std::snprintf(unc, sizeof unc, "%.0f", r.uncached_tok_s);
       std::snprintf(sp, sizeof sp, "%.1fx", r.speedup);
     }
-    std::snprintf(line, sizeof line, "%-10s %5lld %6lld %15s %12.0f %8s\n", r.cache.c_str(), static_cast<long long>(r.batch),
-                  static_cast<long long>(r.tokens), unc, r.cached_tok_s, sp);
+    if (r.bound_tok_s > 0) {
+      std::snprintf(bd, sizeof bd, "%.0f", r.bound_tok_s);
+      std::snprintf(of, sizeof of, "%.0f%%", 100.0 * r.cached_tok_s / r.bound_tok_s);
+    }
+    std::snprintf(line, sizeof line, "%-10s %5lld %6lld %15s %12.0f %8s %12s %9s\n", r.cache.c_str(),
+                  static_cast<long long>(r.batch), static_cast<long long>(r.tokens), unc, r.cached_tok_s, sp, bd, of);
     s << line;
+  }
+  if (machine.product_flops_s > 0) {
+    s << "bound: per step max(bytes read / read rate, FLOPs / product rate), measured here: products "
+      << static_cast<long long>(machine.product_flops_s / 1e9 + 0.5) << " GFLOP/s (1024^3 matmul); reads";
+    std::vector<std::pair<int64_t, int64_t>> cells;  // each (batch, tokens) once: the caches share a cell's rate
+    for (const auto& r : rows)
+      if (r.read_bytes_s > 0 && std::find(cells.begin(), cells.end(), std::make_pair(r.batch, r.tokens)) == cells.end()) {
+        cells.emplace_back(r.batch, r.tokens);
+        std::snprintf(line, sizeof line, "%s %.1f GB/s (batch %lld, %lld tokens)", cells.size() > 1 ? "," : "",
+                      r.read_bytes_s / 1e9, static_cast<long long>(r.batch), static_cast<long long>(r.tokens));
+        s << line;
+      }
+    s << "\n";
   }
   for (const auto& m : memory)
     s << "cache " << m.cache << " at a full window, batch 1: " << human_bytes(m.bytes) << " of K and V (formula 2 x layers x "

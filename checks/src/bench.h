@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tinygpt/config.h"
 #include "tinygpt/gpt.h"
 
 namespace tinygpt::checks {
@@ -23,6 +24,7 @@ struct MachineInfo {
   std::string cpu, libtorch, blas, device;
   int threads = 1;
   bool reference_blas = false;  // LibTorch's products run on reference BLAS (~17x slower)
+  double product_flops_s = 0;   // measured by run_bench (measure_product_rate); 0 when not measured
   static MachineInfo current(c10::Device device);
   nlohmann::json to_json() const;
 };
@@ -41,7 +43,26 @@ struct BenchRow {
   std::string cache;
   int64_t batch = 0, tokens = 0;
   double uncached_tok_s = 0, cached_tok_s = 0, speedup = 0;  // uncached 0 when not timed
+  double bound_tok_s = 0;    // what this machine allows the cell (see run_bound_seconds)
+  double read_bytes_s = 0;   // the read rate measured over the cell's bytes of one step
 };
+
+// The roofline of a cached greedy run, measured on this machine rather than taken from a data
+// sheet. A step (the prefill of the prompt, then one per new token) reads every weight once and
+// the cache's keys and values (min(fill, context) + 1 per layer and row), and does 2 FLOPs per
+// weight per query row (the head only for the last position) plus 4 x d per key and query in
+// attention. It cannot take less than max(bytes / read rate, FLOPs / product rate); a run is the
+// sum of its steps. Leaves out the cache writes, norms, RoPE and the embedding (under 1% of either).
+struct StepCost {
+  double bytes = 0, flops = 0;
+};
+// Step costs of one run: prompt_len prompt tokens, then `tokens` new ones (the first from the prefill).
+std::vector<StepCost> run_step_costs(const Config& cfg, int64_t batch, int64_t prompt_len, int64_t tokens);
+double run_bound_seconds(const std::vector<StepCost>& steps, double read_bytes_s, double flops_s);
+// Bytes per second that one pass over `bytes` of memory achieves on `device` (all intra-op threads,
+// best of several passes after a warm-up), and the FLOP rate of a 1024^3 float32 matrix product.
+double measure_read_rate(c10::Device device, int64_t bytes);
+double measure_product_rate(c10::Device device);
 
 struct CacheMemory {
   std::string cache;

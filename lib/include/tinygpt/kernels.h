@@ -49,5 +49,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
 at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 // q (B, H, 1, hd), K and V (B, H, S, hd), float32 CPU with the last dim contiguous -> (B, H, 1, hd).
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V);
+// One read of a contiguous float32 CPU tensor, split over the intra-op threads, returning its sum
+// (so the read cannot be optimised away): how fast this machine streams memory, for the bench's bound.
+float read_pass(const at::Tensor& buf);
 
 }  // namespace tinygpt
