@@ -334,7 +334,7 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
   }));
   double sum = 0;
   for (const auto& [name, us] : p.parts_us) sum += us;
-  p.parts_us.emplace_back("other (dispatch, views, allocation, embedding)", std::max(0.0, p.step_us - sum));
+  p.parts_us.emplace_back("rest (dispatch, embedding; parts slower in a step)", std::max(0.0, p.step_us - sum));
   return p;
 }
 
