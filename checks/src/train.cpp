@@ -234,11 +234,14 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
         sum.best_step = step + 1;
         write_safetensors_checkpoint(best_ckpt.string(), snapshot(step + 1), metadata(step + 1, v));
       }
-      save_resume(step + 1, v);
     }
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The row goes in before the resume state that covers its step is committed: a kill after the
+    // commit (while last.safetensors is copied, say) then cannot lose it, and a kill before the
+    // commit leaves a row that the resumed run drops and writes again.
     std::ofstream(csv, std::ios::app) << step + 1 << "," << lr << "," << sum.last_train << ","
                                       << (eval_now ? std::to_string(v) : "") << "," << tokens_per_s << "," << el << "\n";
+    if (eval_now) save_resume(step + 1, v);
     if (eval_now || step % 10 == 0) {
       char line[256];
       const double left = (o.steps - step - 1) * (o.batch * T) / std::max(tokens_per_s, 1.0);

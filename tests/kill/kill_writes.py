@@ -58,13 +58,14 @@ def safetensors_tensors(path):
     return out
 
 
-def run_and_kill(cmd, delay, watch=None, nth=0, after=0.0, env=None):
+def run_and_kill(cmd, delay, watch=None, nth=0, after=0.0, env=None, prefix=""):
     """Start cmd and SIGKILL it: `delay` seconds after the start, or, with `watch` (a folder) and
-    nth >= 1, `after` seconds after the nth temporary file (NAME.tmp.PID) appears there, which puts
-    the kill inside a write. Returns (killed, when): whether it was killed, seconds after the start."""
+    nth >= 1, `after` seconds after the nth temporary file (NAME.tmp.PID, NAME starting with
+    `prefix`) appears there, which puts the kill inside a write. Returns (killed, when): whether it
+    was killed, seconds after the start."""
     def temporaries():
         try:
-            return {n for n in os.listdir(watch) if ".tmp." in n}
+            return {n for n in os.listdir(watch) if ".tmp." in n and n.startswith(prefix)}
         except FileNotFoundError:
             return set()
 
@@ -254,6 +255,12 @@ def part_train(a, rng):
         step = check_train_dir(run, describe(killed, when, k))
         resumed_from.append(step)
         print(f"kill-test: train run {i + 1} {describe(killed, when, k)}; its resume state is at step {step}", flush=True)
+    # One kill just after a generation is committed, as last.safetensors is copied: the log row of
+    # the step that generation covers must already be written (it once came after the copy).
+    killed, when = run_and_kill(base + ["--out", run, "--resume"], None, run, 1, 0.0, prefix="last.safetensors.tmp.")
+    step = check_train_dir(run, "killed as last.safetensors was copied")
+    print(f"kill-test: train run {a.kills + 1} {'killed' if killed else 'ended before the kill'} as last.safetensors "
+          f"was copied ({when:.2f} s); its resume state is at step {step}", flush=True)
     r = subprocess.run(base + ["--out", run, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         fail(f"train --resume after the kills failed (exit {r.returncode}): {r.stdout[-500:]}")
