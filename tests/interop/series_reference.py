@@ -8,6 +8,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 from collections import OrderedDict
 
 import torch
@@ -110,22 +111,27 @@ class Evil:
 
 
 def main(out):
+    # ctest runs the interop tests as separate processes side by side, and each writes these files
+    # when expected.json is missing: everything goes into a private folder first (same file names,
+    # so torch.save's archive folder is still "series", as in the series' files), then is renamed
+    # into place, expected.json last. A reader never sees a half-written file.
     os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=".writing-", dir=out)
     torch.manual_seed(1234)
     model = GPT(CFG).eval()
     with torch.no_grad():  # larger weights than the series' init, so greedy decoding varies
         for name, p in model.named_parameters():
             p.normal_(0.0, 0.08 if p.dim() > 1 else 0.3)
     sd = model.state_dict()
-    torch.save({"model": sd, "config": dict(CFG), "step": 1500}, os.path.join(out, "series.pt"))
-    with open(os.path.join(out, "series.bin"), "wb") as f:  # raw float32 bytes, state-dict order
+    torch.save({"model": sd, "config": dict(CFG), "step": 1500}, os.path.join(work, "series.pt"))
+    with open(os.path.join(work, "series.bin"), "wb") as f:  # raw float32 bytes, state-dict order
         for name, t in sd.items():
             f.write(t.contiguous().numpy().tobytes())
     names = list(sd.keys())
     half = OrderedDict((k, v.half()) for k, v in sd.items())
     half["head.weight"] = half["emb.weight"]
-    torch.save({"model": half, "config": dict(CFG), "step": 7}, os.path.join(out, "series_f16.pt"))
-    torch.save({"model": Evil(), "config": dict(CFG), "step": 0}, os.path.join(out, "evil.pt"))
+    torch.save({"model": half, "config": dict(CFG), "step": 7}, os.path.join(work, "series_f16.pt"))
+    torch.save({"model": Evil(), "config": dict(CFG), "step": 0}, os.path.join(work, "evil.pt"))
     prompts = [[1, 2, 3], [100, 200, 300, 400, 5]]
     expected = {"names": names, "prompts": []}
     with torch.no_grad():
@@ -137,8 +143,11 @@ def main(out):
                 "uncached": model.uncached(idx, 300)[0].tolist(),
                 "cached": model.cached(idx, 300)[0].tolist(),
             })
-    with open(os.path.join(out, "expected.json"), "w") as f:
+    with open(os.path.join(work, "expected.json"), "w") as f:
         json.dump(expected, f)
+    for name in ["series.pt", "series.bin", "series_f16.pt", "evil.pt", "expected.json"]:
+        os.replace(os.path.join(work, name), os.path.join(out, name))
+    os.rmdir(work)
 
 
 if __name__ == "__main__":
