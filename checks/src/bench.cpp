@@ -160,13 +160,14 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
   rep.machine.product_flops_s = measure_product_rate(dev);
   // The read rate depends on how much a step touches (cache-sized or not): measured per cell, over
   // the bytes of the cell's average step.
-  auto bound = [&](int64_t batch, int64_t n, BenchRow& row) {
+  // Returns (read rate, bound tok/s) of the cell.
+  auto bound = [&](int64_t batch, int64_t n) {
     say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: this machine's bound");
     const auto steps = run_step_costs(cfg, batch, opts.prompt_len, n);
     double bytes = 0;
     for (const auto& c : steps) bytes += c.bytes;
-    row.read_bytes_s = measure_read_rate(dev, static_cast<int64_t>(bytes / static_cast<double>(steps.size())));
-    row.bound_tok_s = static_cast<double>(batch * n) / run_bound_seconds(steps, row.read_bytes_s, rep.machine.product_flops_s);
+    const double read = measure_read_rate(dev, static_cast<int64_t>(bytes / static_cast<double>(steps.size())));
+    return std::make_pair(read, static_cast<double>(batch * n) / run_bound_seconds(steps, read, rep.machine.product_flops_s));
   };
   for (int64_t batch : opts.batches) {
     at::Generator gen = at::detail::createCPUGenerator(opts.prompt_seed);
@@ -184,8 +185,7 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
         say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: uncached");
         slow = seconds(dev, [&] { generate_uncached(model, prompt, n, greedy()); });
       }
-      BenchRow limit;
-      bound(batch, n, limit);
+      const auto [read_bytes_s, bound_tok_s] = bound(batch, n);
       for (size_t i = 0; i < variants.size(); ++i) {
         say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: " + variants[i]->name);
         const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *caches[i], variants[i]->path()); });
@@ -194,8 +194,8 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
           row.uncached_tok_s = static_cast<double>(batch * n) / slow;
           row.speedup = slow / fast;
         }
-        row.bound_tok_s = limit.bound_tok_s;
-        row.read_bytes_s = limit.read_bytes_s;
+        row.bound_tok_s = bound_tok_s;
+        row.read_bytes_s = read_bytes_s;
         rep.rows.push_back(row);
       }
     }
