@@ -62,7 +62,8 @@ Command add_equivalence(CLI::App& app) {
       "Prove a cache changes nothing: the production loop's greedy tokens against the uncached loop (inside\n"
       "the window), its own logits against the full forward (inside) and the banded window reference (every\n"
       "step, past the window too), a second sequence on the same cache (reset), the harness's teacher-forced\n"
-      "loop, a seeded sampled run, a prompt longer than the window, and batch rows against each prompt alone.\n"
+      "loop, a seeded sampled run, a prompt longer than the window, and a batch of prompts, each row against its\n"
+      "own sequence alone.\n"
       "Exits 1 when any check fails, naming the check and the first position.");
   add_check_options(cmd, *o);
   cmd->add_option("--cache", o->cache, "cache implementation to verify (rolling, static, a registered one, or a fault name)")
