@@ -55,7 +55,23 @@ TEST(Matvec, ProjectFusesBiasGeluAndResidualInTheLibraryOrder) {
   const at::Tensor got = project(x, w, b, Kernels::Decode, res, /*gelu=*/true);
   EXPECT_EQ(got.sizes(), want.sizes());
   EXPECT_LT(max_diff(got, want), 1e-4);
+  // The GELU is LibTorch's own, applied to the product plus bias: exactly, not within a tolerance.
+  EXPECT_TRUE(got.equal(res + at::gelu(matvec(x.view({2, 256}), w, b)).view({2, 1, 1024})));
   EXPECT_TRUE(project(x, w, b, Kernels::Library, res, true).equal(want)) << "Library is LibTorch's ops exactly";
+}
+
+// GELU rows, too, must not depend on the rows beside them (ATen computes a one-element tensor with
+// its scalar formula): a row alone and in batches up to 16, on widths that are and are not whole
+// vector chunks, one included.
+TEST(Matvec, GeluRowIsTheSameWhateverTheBatch) {
+  for (int64_t N : {1024, 20, 100, 1}) {
+    const at::Tensor x = randn({16, 64}, 40), w = randn({N, 64}, 41), b = randn({N}, 42);
+    const at::Tensor all = project(x, w, b, Kernels::Decode, {}, /*gelu=*/true);  // (16, N)
+    for (int64_t R : {1, 3, 5})
+      for (int64_t r0 = 0; r0 + R <= 16; r0 += 5)
+        EXPECT_TRUE(project(x.narrow(0, r0, R), w, b, Kernels::Decode, {}, true).equal(all.narrow(0, r0, R)))
+            << "rows " << r0 << ".." << r0 + R - 1 << " of width " << N;
+  }
 }
 
 TEST(Matvec, ManyRowsGoToTheLibrary) {

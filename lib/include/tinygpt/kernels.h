@@ -8,8 +8,10 @@
 //    (up to kMatvecMaxRows) while it sits in L1; four weight rows by two input rows per inner
 //    loop, AVX2/FMA where the CPU has it;
 //  - the attention of one query over the cached keys with no mask: one pass per (batch, head);
-//  - LayerNorm, and the bias, GELU and residual add folded into the products' epilogues (each
-//    LibTorch op costs microseconds of dispatch and allocation; a decode step had ~170 of them).
+//  - LayerNorm, and the bias and residual add folded into the products' epilogues (each LibTorch
+//    op costs microseconds of dispatch and allocation; a decode step had ~170 of them); the GELU
+//    is LibTorch's own vectorised one, one call after the product (a scalar erf per element
+//    cost more than the call).
 // RoPE and the cache are the same code for both. Leaves out reduced precision: float32 only.
 #pragma once
 
@@ -31,8 +33,8 @@ constexpr int64_t kMatvecMaxRows = 16;
 const char* to_string(Kernels k);
 
 // x (..., K) times w (N, K) transposed, plus b (N) when defined, then GELU (exact erf form) when
-// asked, then plus residual (..., N) when defined: (..., N). Decode fuses the three into the
-// product's epilogue; Library is at::linear, at::gelu and an add.
+// asked, then plus residual (..., N) when defined: (..., N). Decode fuses bias and residual into
+// the product's epilogue and calls at::gelu between; Library is at::linear, at::gelu and an add.
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k,
                    const at::Tensor& residual = {}, bool gelu = false);
 
