@@ -5,8 +5,8 @@
 // 1 x 64 against 257 keys) ~120 us each in OpenBLAS's packing routines, for ~50 kFLOP of work.
 // Kernels::Decode replaces those, and fuses the small steps around them:
 //  - the weight products: each weight row streamed once and multiplied against every input row
-//    (up to kMatvecMaxRows) while it sits in L1; four weight rows by two input rows per inner
-//    loop, AVX2/FMA where the CPU has it;
+//    (up to kMatvecMaxRows) while it sits in L1; four weight rows by three input rows per inner
+//    loop (then two, then one), AVX2/FMA where the CPU has it;
 //  - the attention of one query over the cached keys with no mask: one pass per (batch, head);
 //  - LayerNorm, and the bias and residual add folded into the products' epilogues (each LibTorch
 //    op costs microseconds of dispatch and allocation; a decode step had ~170 of them); the GELU
