@@ -110,13 +110,23 @@ SubCheck guarded(const std::string& name, F body) {
   return c;
 }
 
-// Runs the two comparisons of a loop run against its references and fills one sub-check.
-void judge(SubCheck& c, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len, double tol) {
+// Runs the two comparisons of a loop run against its references and fills one sub-check; returns
+// the banded one (every step).
+StepDiffs judge(SubCheck& c, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len, double tol) {
   const StepDiffs full = compare_steps(logits, ref.full, prompt_len - 1, tol);
-  const StepDiffs band = compare_steps(logits, ref.band, prompt_len - 1, tol);
+  StepDiffs band = compare_steps(logits, ref.band, prompt_len - 1, tol);
   c.passed = !full.first_position_over && !band.first_position_over;
   if (full.first_position_over) c.detail = "vs full forward: " + describe_steps(full, tol, ref.full);
   else c.detail = "vs banded reference: " + describe_steps(band, tol, ref.band);
+  return band;
+}
+
+// Steps, of the n new tokens after the first t0, before sequences a and b (B, >= t0 + n) part in
+// any row: n when they never do.
+int64_t steps_before_parting(const at::Tensor& a, const at::Tensor& b, int64_t t0, int64_t n) {
+  const at::Tensor same = (a.narrow(1, t0, n) == b.narrow(1, t0, n).to(a.device())).all(0);  // (n)
+  const at::Tensor part = same.logical_not().nonzero();
+  return part.numel() ? part[0][0].item<int64_t>() : n;
 }
 
 }  // namespace
@@ -211,10 +221,8 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
   r.checks.push_back(guarded("tokens", [&](SubCheck& c) {
     main = run_loop(model, opts.prompt, opts.tokens, greedy(), *cache, path);
     r.produced = main.seq;
-    at::Tensor same = (main.seq.to(ref.uncached.device()) == ref.uncached).all(0).narrow(0, T0, opts.tokens);  // (tokens)
-    at::Tensor diff = same.logical_not().nonzero();
-    r.identical_prefix = diff.numel() ? diff[0][0].item<int64_t>() : opts.tokens;
-    if (diff.numel()) {
+    r.identical_prefix = steps_before_parting(ref.uncached, main.seq, T0, opts.tokens);
+    if (r.identical_prefix < opts.tokens) {
       r.first_difference = T0 + r.identical_prefix;
       r.margin_at_difference = ref.uncached_margin[r.identical_prefix].item<double>();
     }
@@ -336,12 +344,11 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
       const at::Tensor seq = batched.seq.narrow(0, b, 1);                 // (1, T0 + n)
       const at::Tensor got = batched.logits.narrow(0, b, 1);              // (1, n, V)
       const StepReference alone = reference_for(model, seq.to(ref.uncached.device()), T0, n);
-      judge(c, got, alone, T0, tol);
+      worst = std::max(worst, judge(c, got, alone, T0, tol).worst);
       if (!c.passed) {
         c.detail = row + " vs its sequence alone, " + c.detail;
         return;
       }
-      worst = std::max(worst, compare_steps(got, alone.band, T0 - 1, tol).worst);
       // Greedy picked each id from logits within tol of the reference's, so the reference may
       // rank another id above it by 2 * tol at most (a near-tie); more is a wrong pick.
       const at::Tensor ids = seq.narrow(1, T0, n).to(alone.band.device()).unsqueeze(-1);  // (1, n, 1)
@@ -359,9 +366,7 @@ EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, 
     // Compared up to the first step where their ids part (both may pick either side of a near-tie).
     const bool against_main = r.batch == 1 && have_main && n <= opts.tokens;
     if (against_main) {
-      at::Tensor same = (main.seq.narrow(1, 0, T0 + n) == batched.seq.narrow(0, 0, 1)).all(0).narrow(0, T0, n);  // (n)
-      at::Tensor part = same.logical_not().nonzero();
-      const int64_t parts = part.numel() ? part[0][0].item<int64_t>() : n;
+      const int64_t parts = steps_before_parting(main.seq, batched.seq.narrow(0, 0, 1), T0, n);
       const at::Tensor first = main.logits.narrow(1, 0, std::min(n, parts + 1));
       const StepDiffs d = compare_steps(batched.logits.narrow(0, 0, 1), first, T0 - 1, tol);
       worst = std::max(worst, d.worst);

@@ -184,7 +184,7 @@ bool cpu_has_avx2_fma() {
 // threads); otherwise a call per row.
 at::Tensor gelu_rows(const at::Tensor& y) {
   const int64_t R = y.size(0), N = y.size(1);
-  if (N % 64 == 0 && R * N <= 32768) return at::gelu(y);
+  if (N % 64 == 0 && R * N <= at::internal::GRAIN_SIZE) return at::gelu(y);
   at::Tensor out = at::empty_like(y);
   for (int64_t r = 0; r < R; ++r) out[r].copy_(at::gelu(y[r]));
   return out;
