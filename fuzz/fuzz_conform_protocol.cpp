@@ -6,8 +6,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string line(reinterpret_cast<const char*>(data), size);
   try {
-    tinygpt::cli::parse_response(line, "step");
-  } catch (const tinygpt::cli::EngineUnusable&) {
+    tinygpt::checks::parse_response(line, "step");
+  } catch (const tinygpt::checks::EngineUnusable&) {
   }
   return 0;
 }

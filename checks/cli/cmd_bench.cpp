@@ -9,7 +9,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "model_source.h"
-#include "report.h"
+#include "tinygpt/checks/report.h"
 
 namespace tinygpt::cli {
 

@@ -4,13 +4,14 @@
 #include <memory>
 
 #include "cli_common.h"
-#include "report_files.h"
-#include "cross_device.h"
-#include "tinygpt/checks/data.h"
 #include "commands.h"
-#include "tinygpt/checks/inject.h"
+#include "cross_device.h"
 #include "model_source.h"
-#include "report.h"
+#include "report_files.h"
+#include "tinygpt/checks/data.h"
+#include "tinygpt/checks/inject.h"
+#include "tinygpt/checks/report.h"
+#include "tinygpt/checks/target.h"
 #include "tinygpt/tokenizer.h"
 
 namespace tinygpt::cli {
@@ -49,9 +50,7 @@ std::vector<int64_t> prompt_ids(const CheckOptions& o, int64_t vocab) {
 
 // Row b is the prompt with every id shifted by b (mod V), so a batch holds different prompts.
 at::Tensor batch_prompt(const std::vector<int64_t>& ids, int64_t batch, int64_t vocab, c10::Device dev) {
-  at::Tensor row = at::tensor(ids, at::kLong).unsqueeze(0);
-  at::Tensor shift = at::arange(batch, at::kLong).unsqueeze(1);
-  return ((row + shift) % vocab).to(dev);  // (batch, T0)
+  return checks::shifted_rows(at::tensor(ids, at::kLong).unsqueeze(0), batch, vocab).to(dev);  // (batch, T0)
 }
 }  // namespace
 
@@ -68,25 +67,31 @@ Command add_equivalence(CLI::App& app) {
   add_check_options(cmd, *o);
   cmd->add_option("--cache", o->cache, "cache implementation to verify (rolling, static, a registered one, or a fault name)")
       ->capture_default_str();
-  return {cmd, [o] {
+  auto names = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--checks", *names,
+                  "run only these model checks (tokens, logits, window-reference, reset, teacher-forced, sampled,\n"
+                  "long-prompt, batch, self); default: all but self")
+      ->delimiter(',');
+  return {cmd, [o, names] {
             const c10::Device dev = apply_run_options(o->run);
             const auto& variant = checks::cache_registry().get(o->cache);
             GPT model = load_model(o->model, dev);
-            checks::EquivalenceOptions opts{
-                batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch,
-                             model->config().vocab_size, dev),
-                o->tokens};
+            checks::EquivalenceOptions opts;
+            opts.prompt = batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch, model->config().vocab_size, dev);
+            opts.tokens = o->tokens;
             std::cerr << "equivalence: cache " << variant.name << ", " << opts.tokens << " tokens, batch " << o->batch
                       << " on " << dev << "\n";
+            for (const auto& n : *names) checks::find_check(n);  // an unknown name is bad input, before the run
             const auto ref = checks::build_reference(model, opts);
-            const auto r = checks::check_equivalence(model, opts, ref, variant);
+            checks::ModelTarget target(model, variant);
+            const auto r = checks::run_checks(model, opts, target, *names, &ref);
             std::cout << checks::format_equivalence(r);
             if (!o->json.empty()) checks::write_json_atomically(o->json, checks::to_json(r));
             if (o->report.any()) {
               checks::ReportInput in;
               in.command = "equivalence";
               in.subject = "cache " + variant.name + ", " + std::to_string(opts.tokens) + " tokens, batch " + std::to_string(o->batch);
-              for (const auto& c : r.checks) in.rows.push_back({c.name, c.passed, c.detail, c.seconds});
+              in.rows = r.checks;
               in.single = &r;
               in.provenance = report_provenance(dev);
               in.context = model->config().context;
@@ -124,10 +129,9 @@ Command add_inject(CLI::App& app) {
               faults.push_back(&v);
             }
             GPT model = load_model(o->model, dev);
-            checks::EquivalenceOptions opts{
-                batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch,
-                             model->config().vocab_size, dev),
-                o->tokens};
+            checks::EquivalenceOptions opts;
+            opts.prompt = batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch, model->config().vocab_size, dev);
+            opts.tokens = o->tokens;
             const auto rep = checks::run_injection(model, opts, faults, *io,
                                                    [](const std::string& s) { std::cerr << "inject: " << s << "\n"; });
             for (const auto& c : rep.controls)
@@ -139,17 +143,24 @@ Command add_inject(CLI::App& app) {
               checks::ReportInput in;
               in.command = "inject";
               in.subject = std::to_string(rep.faults.size()) + (rep.faults.size() == 1 ? " fault, " : " faults, ") + std::to_string(opts.tokens) + " tokens";
-              for (const auto& c : rep.controls)
-                in.rows.push_back({"negative control " + c.cache, c.passed(), c.passed() ? "every check passes" : "a check fails", 0});
+              for (const auto& c : rep.controls) {
+                checks::CheckResult row;
+                row.name = "negative control " + c.cache;
+                row.status = checks::worst(c.checks);
+                row.detail = c.passed() ? "every check passes" : "a check fails";
+                in.rows.push_back(row);
+              }
               for (const auto& f : rep.faults) {
-                double sec = 0;
-                for (const auto& c : f.checks) sec += c.seconds;
+                checks::CheckResult row;
+                row.name = "fault " + f.fault;
+                for (const auto& c : f.checks) row.seconds += c.seconds;
                 const auto missed = f.missed_expected();
-                in.rows.push_back({"fault " + f.fault, f.caught() && missed.empty(),
-                                   !f.caught() ? "missed by every check"
-                                   : !missed.empty() ? "MISSED by " + missed.front()
-                                                     : "caught; " + (f.drift_after ? "drifts after " + std::to_string(*f.drift_after) + " tokens" : std::string("no token drift in ") + std::to_string(f.drift_window)),
-                                   sec});
+                row.status = f.caught() && missed.empty() ? checks::Status::Pass : checks::Status::Fail;
+                row.detail = !f.caught() ? "missed by every check"
+                             : !missed.empty() ? "MISSED by " + missed.front()
+                                               : "caught; " + (f.drift_after ? "drifts after " + std::to_string(*f.drift_after) + " tokens"
+                                                                             : std::string("no token drift in ") + std::to_string(f.drift_window));
+                in.rows.push_back(row);
               }
               in.injection = &rep;
               in.provenance = report_provenance(dev);

@@ -10,6 +10,8 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "train.h"
+#include "tinygpt/checks/data.h"
+#include "tinygpt/checks/export.h"
 #include "tinygpt/device.h"
 #include "tinygpt/safetensors.h"
 #include "tinygpt/tokenizer.h"
@@ -22,6 +24,33 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 }  // namespace
 
+Command add_export(CLI::App& app) {
+  struct Opts {
+    std::string format, out, checkpoint;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "export",
+      "Write the model in a format an engine loads: gguf (llama.cpp's gptneox architecture, F32, with the q/k row\n"
+      "permutation that makes its rotate-half RoPE ours; written here in C++), onnx (one graph for prefill and\n"
+      "decode: ids, start, past K/V in, last logits and present K/V out; through python3-torch), pt or\n"
+      "safetensors. Defaults to the shipped fixture. Writes atomically.");
+  cmd->add_option("--format", o->format, "gguf, onnx, pt or safetensors")->required()
+      ->check(CLI::IsMember(checks::export_formats()));
+  cmd->add_option("OUT", o->out, "output file")->required();
+  cmd->add_option("--checkpoint", o->checkpoint, "model to export (.pt or .safetensors; default: the shipped fixture)")
+      ->check(CLI::ExistingFile);
+  return {cmd, [o] {
+            const std::string in = o->checkpoint.empty() ? checks::data_dir() + "/fixture.safetensors" : o->checkpoint;
+            Checkpoint ck = read_any_checkpoint(in);
+            GPT model = model_from_checkpoint(ck, c10::Device(c10::kCPU), in, &ck.notes);
+            Checkpoint clean{ck.config, ck.step, model->state_dict(), {}, ck.metadata};
+            checks::export_model(clean, model, o->format, o->out);
+            std::cout << "wrote " << o->out << " (" << o->format << ", from " << in << ")\n";
+            return int(kOk);
+          }};
+}
+
 Command add_convert(CLI::App& app) {
   auto in = std::make_shared<std::string>(), out = std::make_shared<std::string>();
   auto meta = std::make_shared<std::vector<std::string>>();
@@ -33,8 +62,8 @@ Command add_convert(CLI::App& app) {
   cmd->add_option("--meta", *meta, "KEY=VALUE provenance to add to a .safetensors output (repeatable)");
   return {cmd, [in, out, meta] {
             Checkpoint ck = read_any_checkpoint(*in);
-            GPT model(ck.config, 0);
-            load_weights(model, ck.tensors, &ck.notes);  // validation: names, shapes, dtypes, finite
+            // Validation: names, shapes, dtypes, finite; a bad file is one line naming it.
+            GPT model = model_from_checkpoint(ck, c10::Device(c10::kCPU), *in, &ck.notes);
             for (const auto& n : ck.notes) std::cerr << "convert: " << n << "\n";
             Checkpoint clean{ck.config, ck.step, model->state_dict(), {}, ck.metadata};
             std::map<std::string, std::string> extra;

@@ -69,8 +69,8 @@ Command add_generate(CLI::App& app) {
             if (o->uncached) {
               out = generate_uncached(model, prompt, o->tokens, choose);
             } else {
-              auto cache = variant.make_cache(model->config());
-              out = generate_cached(model, prompt, o->tokens, choose, *cache, variant.path());
+              checks::Decoder d = variant.decoder(model->config());
+              out = generate_cached(model, prompt, o->tokens, choose, *d.cache, d.path);
             }
             for (int64_t b = 0; b < out.size(0); ++b) {
               if (tok && !o->prompt.empty()) {

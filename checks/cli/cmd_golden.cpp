@@ -11,14 +11,13 @@
 #include "cli_common.h"
 #include "report_files.h"
 #include "commands.h"
-#include "tinygpt/checks/golden.h"
-#include "tinygpt/checks/inject.h"
-#include "tinygpt/checks/parallel_runs.h"
 #include "model_source.h"
-#include "tinygpt/checks/data.h"
-#include "report.h"
 #include "sample_grid.h"
-#include "tinygpt/checks/selfcheck.h"
+#include "tinygpt/atomic_file.h"
+#include "tinygpt/checks/data.h"
+#include "tinygpt/checks/golden.h"
+#include "tinygpt/checks/report.h"
+#include "tinygpt/checks/verify.h"
 #include "tinygpt/errors.h"
 
 namespace tinygpt::cli {
@@ -44,31 +43,6 @@ struct FixtureOptions {
     if (tok.empty() || !std::ifstream(tok)) throw std::invalid_argument("--checkpoint needs --tokenizer (or a tokenizer.json in --dir)");
     return checks::load_fixture(checkpoint, tok, dir, dev);
   }
-};
-
-// One summary row for a production cache's equivalence run: the seed's figure and the worst
-// logit difference, or the first failing check.
-checks::VerifyRow equivalence_row(const checks::EquivalenceResult& c, const std::string& what) {
-  double seconds = 0;
-  for (const auto& s : c.checks) seconds += s.seconds;
-  std::string fig = "first " + std::to_string(std::min(c.identical_prefix, c.must_match)) + " of " +
-                    std::to_string(c.must_match) + " tokens identical";
-  if (c.first_difference) fig += ", first difference at " + std::to_string(*c.first_difference) + " of " + std::to_string(c.sequence_length);
-  char b[128];
-  std::snprintf(b, sizeof b, "; worst logit diff %.1e (tol %.0e); %zu checks", std::max(c.loop_band.worst, c.forced_band.worst),
-                c.tolerance, c.checks.size());
-  fig += b;
-  for (const auto& s : c.checks)
-    if (!s.passed) {
-      fig = s.name + ": " + s.detail;
-      break;
-    }
-  return {"cache-equivalence [" + c.cache + what + "]", c.passed(), fig, seconds};
-}
-
-struct Timer {
-  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
 };
 
 }  // namespace
@@ -135,8 +109,8 @@ Command add_golden(CLI::App& app) {
             }
             bool ok = true;
             for (const auto& r : checks::verify_goldens(fx, dev)) {
-              std::cout << (r.passed ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
-              ok &= r.passed;
+              std::cout << (r.ok() ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
+              ok &= r.ok();
             }
             std::cout << (ok ? "golden: all cases passed\n" : "golden: FAILED\n");
             return ok ? int(kOk) : int(kCheckFailed);
@@ -174,106 +148,46 @@ Command add_verify(CLI::App& app) {
   return {cmd, [o] {
             const c10::Device dev = apply_run_options(o->run);
             const nlohmann::json bench = read_bench_json(o->report.bench_json);  // a bad file fails before the run
-            std::vector<const checks::CacheVariant*> faults;  // named faults are checked before the run too
-            if (o->faults == "all") {
-              faults = checks::cache_registry().all(/*faults=*/true);
-            } else if (o->faults != "none") {
-              std::stringstream names(o->faults);
-              for (std::string name; std::getline(names, name, ',');) {
-                const auto& v = checks::cache_registry().get(name);  // InputError naming it when unknown
-                if (!v.is_fault) throw InputError("--faults: '" + name + "' is a production cache, not a fault");
-                faults.push_back(&v);
+            checks::VerifyOptions vo;
+            vo.device = dev;
+            vo.tokens = o->tokens;
+            if (o->faults != "all") {  // named faults are checked before the run too
+              vo.faults.emplace();
+              if (o->faults != "none") {
+                std::stringstream names(o->faults);
+                for (std::string name; std::getline(names, name, ',');) {
+                  const auto& v = checks::cache_registry().get(name);  // invalid_argument naming it when unknown
+                  if (!v.is_fault) throw InputError("--faults: '" + name + "' is a production cache, not a fault");
+                  vo.faults->push_back(&v);
+                }
               }
             }
-            // One write per line: the runs below report from several threads.
-            auto say = [](const std::string& s) { std::cerr << ("verify: " + s + "\n"); };
+            // One write per line: the runs report from several threads.
+            vo.progress = [](const std::string& s) { std::cerr << ("verify: " + s + "\n"); };
             checks::Fixture fx = o->fixture.load(dev, /*need_dir=*/false);
-            say("model " + (o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint) + ", weights digest " +
-                checks::model_digest(fx.model));
-            const bool goldens = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
-            std::vector<checks::VerifyRow> rows;
-            const auto production = checks::cache_registry().all(/*faults=*/false);
-
-            // Batch 1: every production cache (the negative controls) at the seed's 600 tokens, and every
-            // fault through every check at context + 64 tokens (past the window, half the cost).
-            Timer t;
-            checks::EquivalenceOptions opts{at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev), o->tokens};
-            say("reference: uncached greedy run, full-forward and banded logits");
-            const auto ref = checks::build_reference(fx.model, opts);
-            checks::InjectionOptions io;
-            io.controls = production;
-            io.reference = &ref;
-            io.fault_tokens = std::min(o->tokens, fx.model->config().context + 64);
-            const auto rep = checks::run_injection(fx.model, opts, faults, io, say);
-            for (const auto& c : rep.controls) rows.push_back(equivalence_row(c, ""));
-            {
-              std::string fig = std::to_string(rep.caught()) + "/" + std::to_string(rep.faults.size()) + " faults caught";
-              double seconds = 0;
-              for (const auto& f : rep.faults) {
-                for (const auto& c : f.checks) seconds += c.seconds;
-                if (!f.missed_expected().empty()) fig += "; " + f.fault + " MISSED by " + f.missed_expected().front();
-                if (f.fault == "rope-offset" || f.fault == "topleft-mask")
-                  fig += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : std::string("never/100"));
-              }
-              if (!faults.empty()) rows.push_back({"fault-matrix", rep.faults_passed(), fig, seconds});
-            }
-            // A batch of three different prompts through every check (the batch check inside every run
-            // above compares rows with their prompts alone too, past the window).
-            const at::Tensor batch = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong)
-                                         .view({3, 3}).remainder(fx.model->config().vocab_size).to(dev);
-            checks::EquivalenceOptions bopts{batch, std::min<int64_t>(o->tokens, 96)};
-            say("a batch of 3 prompts: reference");
-            const auto bref = checks::build_reference(fx.model, bopts);
-            if (goldens) say("goldens in " + fx.dir);
-            else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
-            // Per production cache: the batch of three, then its goldens; run side by side as the
-            // fault matrix's runs are (each its own cache and generators), rows kept in this order.
-            const bool reuse = o->tokens == 600;  // the golden greedy run is the same uncached run
-            std::vector<std::vector<checks::VerifyRow>> parts(2 * production.size());
-            checks::run_in_parallel(parts.size(), checks::default_workers(dev), [&](size_t i) {
-              const checks::CacheVariant* v = production[i / 2];
-              if (i % 2 == 0) {
-                parts[i].push_back(equivalence_row(checks::check_equivalence(fx.model, bopts, bref, *v), ", batch 3"));
-                say("a batch of 3 prompts: " + v->name + " checked");
-                return;
-              }
-              if (!goldens) return;
-              Timer pt;  // the golden rows share their run's time (the batch row carries its checks' own)
-              const auto gs = checks::verify_goldens(fx, dev, v->name == "rolling" ? nullptr : v, reuse ? &ref : nullptr);
-              const double each = pt.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
-              for (const auto& g : gs) parts[i].push_back({"golden:" + g.name, g.passed, g.detail, each});
-              say("goldens through " + v->name + " checked");
-            });
-            for (size_t k : {0, 1})  // every batch row first, then every golden row
-              for (size_t i = k; i < parts.size(); i += 2) rows.insert(rows.end(), parts[i].begin(), parts[i].end());
-            say("sampler self-check");
-            t = Timer();
-            const auto sc = checks::sampler_selfcheck(checks::production_pick(), dev);
-            for (const auto& s : sc) rows.push_back({"sampler:" + s.name, s.passed, s.detail, t.seconds() / sc.size()});
-            std::cout << checks::format_verify_table(rows);
-            std::cout << "\nfault matrix:\n" << checks::format_injection(rep);
-            for (const auto& c : rep.controls)
+            const std::string model = o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint;
+            vo.progress("model " + model + ", weights digest " + checks::model_digest(fx.model));
+            checks::VerifyReport rep = checks::run_verify(fx, vo);
+            rep.subject = "model " + model + " (weights digest " + checks::model_digest(fx.model) + "), " +
+                          std::to_string(o->tokens) + " greedy tokens from ids [1, 2, 3]";
+            std::cout << checks::format_table(rep.rows, "verify");
+            std::cout << "\nfault matrix:\n" << checks::format_injection(rep.matrix);
+            for (const auto& c : rep.matrix.controls)
               if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
-            nlohmann::json doc = checks::to_json(rows);
-            doc["fault_matrix"] = checks::to_json(rep);
-            checks::write_json_atomically(o->json, doc);
-            if (!o->junit.empty()) checks::write_junit(o->junit, rows);
+            checks::write_json_atomically(o->json, checks::to_json(rep));
+            if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.verify"));
             if (o->report.any()) {
               checks::ReportInput in;
               in.command = "verify";
-              in.subject = "model " + (o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint) +
-                           " (weights digest " + checks::model_digest(fx.model) + "), " + std::to_string(o->tokens) +
-                           " greedy tokens from ids [1, 2, 3]";
-              in.rows = rows;
-              in.injection = &rep;
+              in.subject = rep.subject;
+              in.rows = rep.rows;
+              in.injection = &rep.matrix;
               in.bench = bench;
               in.provenance = report_provenance(dev);
               in.context = fx.model->config().context;
               write_reports(o->report, in);
             }
-            bool ok = true;
-            for (const auto& r : rows) ok &= r.passed;
-            return ok ? int(kOk) : int(kCheckFailed);
+            return rep.passed() ? int(kOk) : int(kCheckFailed);
           }};
 }
 

@@ -27,6 +27,7 @@ void add_sampling_options(CLI::App* cmd, SamplingSettings& s, uint64_t& seed);
 Command add_equivalence(CLI::App& app);
 Command add_inject(CLI::App& app);
 Command add_convert(CLI::App& app);
+Command add_export(CLI::App& app);
 Command add_encode(CLI::App& app);
 Command add_decode(CLI::App& app);
 Command add_train_tokenizer(CLI::App& app);

@@ -1,10 +1,9 @@
 #include "model_source.h"
 
-#include "tinygpt/errors.h"
+#include "tinygpt/checkpoint.h"
 
 #include <iostream>
 
-#include "tinygpt/safetensors.h"
 
 namespace tinygpt::cli {
 
@@ -22,17 +21,9 @@ GPT load_model(const ModelSource& src, c10::Device device) {
     model->eval();
     return model;
   }
-  Checkpoint ck = read_any_checkpoint(src.checkpoint);
-  GPT model(ck.config, 0);
   std::vector<std::string> notes;
-  try {
-    load_weights(model, ck.tensors, &notes);
-  } catch (const std::exception& e) {
-    throw InputError(src.checkpoint + ": " + e.what());
-  }
+  GPT model = load_checkpoint(src.checkpoint, device, &notes);
   if (!notes.empty()) std::cerr << "tinygpt: note: " << notes.size() << " tensors converted (" << notes.front() << ", ...)\n";
-  model->to(device);
-  model->eval();
   return model;
 }
 

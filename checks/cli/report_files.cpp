@@ -5,6 +5,7 @@
 
 #include "bench.h"
 #include "tinygpt/checks/golden.h"
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/errors.h"
 
 namespace tinygpt::cli {
@@ -30,11 +31,11 @@ nlohmann::json report_provenance(c10::Device device) {
 
 void write_reports(const ReportFiles& files, const checks::ReportInput& in) {
   if (!files.html.empty()) {
-    checks::write_text_atomically(files.html, checks::render_html(in));
+    write_text_atomically(files.html, checks::render_html(in));
     std::cerr << in.command << ": HTML report " << files.html << "\n";
   }
   if (!files.markdown.empty()) {
-    checks::write_text_atomically(files.markdown, checks::render_markdown(in));
+    write_text_atomically(files.markdown, checks::render_markdown(in));
     std::cerr << in.command << ": Markdown summary " << files.markdown << "\n";
   }
 }

@@ -4,11 +4,21 @@ GPT that the interop tests use (tests/interop/series_reference.py), with its own
 behind protocol version 1 (one JSON object per line each way; see the README, "Verify an engine
 in any language"). Needs only Debian's python3-torch.
 
-Planted faults, one at a time, for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME):
-  rope-offset     decode steps rotate q and k at position 0 (the seed's first bug)
-  topleft-mask    a top-left causal mask on the single decode query: it sees key 0 only (the seed's second)
-  no-reset        `reset` does nothing: the next prefill continues the old sequence
-  top-p-boundary  the nucleus also drops the token whose own mass reaches top_p
+Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
+  planted faults, each a real bug that a check must catch:
+    rope-offset        decode steps rotate q and k at position 0 (the seed's first bug)
+    topleft-mask       a top-left causal mask on the single decode query: it sees key 0 only (the seed's second)
+    no-reset           `reset` does nothing: the next prefill continues the old sequence
+    top-p-boundary     the nucleus also drops the token whose own mass reaches top_p
+    penalty-divides-negatives  the penalty divides every seen score, raising a negative one
+    temperature-multiplies     scores multiplied by the temperature instead of divided
+    top-k-widens       top-k keeps the k + 1 best
+    f16-cache          keys and values stored in float16 (a cache bug under our fp32 contract)
+  what real engines do on purpose:
+    seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
+    top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
+    gelu-tanh          GELU by the tanh approximation (llama.cpp's ggml_gelu)
+TINYGPT_ENGINE_DECLARE=a,b adds `deviations` to the hello answer (e.g. gelu-tanh, top-k-exact).
 """
 import json
 import math
@@ -21,8 +31,34 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "interop"))
 import series_reference as ref  # noqa: E402
 
-FAULT = os.environ.get("TINYGPT_ENGINE_FAULT", "")
-FAULTS = ("", "rope-offset", "topleft-mask", "no-reset", "top-p-boundary")
+VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
+KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
+         "top-k-widens", "f16-cache", "seed-sampler", "top-k-exact", "gelu-tanh"}
+DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
+
+
+def has(name):
+    return name in VARIANTS
+
+
+def f16_forward(self, x, cache=None, start=0):
+    """Attention.forward with the cache held in float16: what is stored loses precision."""
+    B, T, C = x.shape
+    q, k, v = self.qkv(x).split(C, dim=-1)
+    q, k, v = (t.view(B, T, self.n_heads, -1).transpose(1, 2) for t in (q, k, v))
+    q, k = ref.rope_at(q, start), ref.rope_at(k, start)
+    if cache is not None:
+        if "k" in cache:
+            k = torch.cat([cache["k"].float(), k], dim=2)
+            v = torch.cat([cache["v"].float(), v], dim=2)
+        cache["k"], cache["v"] = k[:, :, -self.context:].half(), v[:, :, -self.context:].half()
+    att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if T > 1:
+        S = k.shape[2]
+        mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+        att = att.masked_fill(~mask, float("-inf"))
+    y = att.softmax(-1) @ v
+    return self.out(y.transpose(1, 2).reshape(B, T, C))
 
 
 def topleft_forward(self, x, cache=None, start=0):
@@ -62,9 +98,13 @@ class Engine:
             ck = torch.load(req["checkpoint"], map_location="cpu")
         model = ref.GPT(ck["config"]).eval()
         model.load_state_dict(ck["model"])
-        if FAULT == "topleft-mask":
-            for b in model.blocks:
+        for b in model.blocks:
+            if has("topleft-mask"):
                 b.attn.forward = topleft_forward.__get__(b.attn)
+            elif has("f16-cache"):
+                b.attn.forward = f16_forward.__get__(b.attn)
+            if has("gelu-tanh"):
+                b.mlp[1] = torch.nn.GELU(approximate="tanh")
         self.model = model
         self.reset()
 
@@ -77,7 +117,7 @@ class Engine:
             raise ValueError("ids must be B rows of equal length (1 for step)")
         if self.caches is None:
             self.caches = [{} for _ in self.model.blocks]
-        start = 0 if (is_step and FAULT == "rope-offset") else self.pos
+        start = 0 if (is_step and has("rope-offset")) else self.pos
         logits = self.model(x, self.caches, start)[:, -1]  # (B, V)
         self.pos += x.shape[1]
         return logits.tolist()
@@ -95,18 +135,23 @@ def sample(req):
             seen = torch.tensor(sorted(set(hist[b])), dtype=torch.long)
             if seen.numel():
                 s = x[b, seen]
-                x[b, seen] = torch.where(s > 0, s / r, s * r)
+                x[b, seen] = s / r if has("penalty-divides-negatives") else torch.where(s > 0, s / r, s * r)
     if t == 0:
         return x.argmax(-1, keepdim=True).repeat(1, n).tolist()
-    x = x / t
+    x = x * t if has("temperature-multiplies") else x / t
     if 0 < k < V:
-        kth = x.topk(k, dim=-1).values[:, -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
+        if has("top-k-exact"):  # exactly k survive, whatever ties the k-th has
+            keep = torch.zeros_like(x, dtype=torch.bool).scatter(-1, x.topk(k, dim=-1).indices, True)
+            x = x.masked_fill(~keep, float("-inf"))
+        else:
+            kth = x.topk(min(V, k + 1) if has("top-k-widens") else k, dim=-1).values[:, -1:]
+            x = x.masked_fill(x < kth, float("-inf"))
     if p < 1.0:
-        srt, order = torch.sort(x, dim=-1, descending=True, stable=True)
+        # The seed's code sorts with torch.sort, which is not stable; ours ranks ties by lower index.
+        srt, order = torch.sort(x, dim=-1, descending=True, stable=not has("seed-sampler"))
         probs = srt.softmax(-1)
         upto = probs.cumsum(-1)
-        drop = (upto >= p) if FAULT == "top-p-boundary" else (upto - probs >= p)
+        drop = (upto >= p) if has("top-p-boundary") else (upto - probs >= p)
         drop[:, 0] = False
         x = x.scatter(-1, order, srt.masked_fill(drop, float("-inf")))
     g = torch.Generator().manual_seed(int(req["seed"]))
@@ -114,8 +159,8 @@ def sample(req):
 
 
 def main():
-    if FAULT not in FAULTS:
-        sys.exit("python_reference.py: unknown TINYGPT_ENGINE_FAULT %r" % FAULT)
+    if VARIANTS - KNOWN:
+        sys.exit("python_reference.py: unknown TINYGPT_ENGINE_FAULT %r" % sorted(VARIANTS - KNOWN))
     engine = Engine()
     for line in sys.stdin:
         req = json.loads(line)
@@ -124,12 +169,15 @@ def main():
             return
         try:
             if op == "hello":
-                out = {"ok": True, "name": "python-reference" + (" (fault %s)" % FAULT if FAULT else ""), "formats": ["pt"]}
+                out = {"ok": True, "name": "python-reference" + (" (%s)" % ",".join(sorted(VARIANTS)) if VARIANTS else ""),
+                       "formats": ["pt"]}
+                if DECLARE:
+                    out["deviations"] = DECLARE
             elif op == "load":
                 engine.load(req)
                 out = {"ok": True}
             elif op == "reset":
-                if FAULT != "no-reset":
+                if not has("no-reset"):
                     engine.reset()
                 out = {"ok": True}
             elif op in ("prefill", "step"):

@@ -3,24 +3,31 @@
 #include <stdexcept>
 
 #include "faults.h"
-#include "tinygpt/graph_kv_cache.h"
+#include "tinygpt/graph_step.h"
+#include "tinygpt/ring_kv_cache.h"
 #include "tinygpt/static_kv_cache.h"
 
 #include <torch/cuda.h>
 
 namespace tinygpt::checks {
 
-DecodePath CacheVariant::path() const {
-  DecodePath p;
-  if (policy) p.policy = policy.get();
-  if (schedule) p.schedule = schedule.get();
-  p.kernels = kernels;
-  return p;
+Decoder CacheVariant::decoder(const Config& cfg) const {
+  Decoder d;
+  d.cache = make_cache(cfg);
+  if (!d.cache) throw std::logic_error("cache variant '" + name + "': its factory made no cache");
+  if (make_step) d.step = make_step(*d.cache);
+  if (policy) d.path.policy = policy.get();
+  if (schedule) d.path.schedule = schedule.get();
+  d.path.kernels = kernels;
+  d.path.step = d.step.get();
+  return d;
 }
 
 void CacheRegistry::add(CacheVariant v) {
   if (v.name.empty()) throw std::invalid_argument("cache registry: a cache needs a name");
   if (!v.make_cache) throw std::invalid_argument("cache registry: cache '" + v.name + "' has no factory");
+  if (v.make_step && v.policy)
+    throw std::invalid_argument("cache registry: cache '" + v.name + "' has a step function and an attention policy of its own");
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& e : variants_)
     if (e->name == v.name) throw std::invalid_argument("cache registry: duplicate name " + v.name);
@@ -71,8 +78,9 @@ CacheRegistry& cache_registry() {
       CacheVariant graph;
       graph.name = "cuda-graph";
       graph.description = "a ring of context + 1 slots with device-side positions: on CUDA each decode step replays one captured graph";
-      graph.make_cache = [](const Config& c) { return std::make_unique<GraphKVCache>(c); };
-      graph.kernels = Kernels::CudaGraph;
+      graph.make_cache = [](const Config& c) { return std::make_unique<RingKVCache>(c); };
+      // The graph step reads the ring it is bound to; the factory made that ring just before.
+      graph.make_step = [](KVCache& cache) { return std::make_unique<GraphStep>(static_cast<RingKVCache&>(cache)); };
       r.add(std::move(graph));
     }
     register_faults(r);

@@ -46,4 +46,18 @@ std::string data_dir() {
                            " (set TINYGPT_DATA_DIR to the folder holding fixture.safetensors)");
 }
 
+std::string engines_dir() {
+  std::vector<std::string> tried;
+  if (const char* env = std::getenv("TINYGPT_ENGINES_DIR")) tried.push_back(env);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) tried.push_back((exe.parent_path().parent_path() / "share" / "tinygpt" / "engines").string());
+  tried.push_back(std::string(TINYGPT_SOURCE_DIR) + "/engines");
+  for (const auto& d : tried)
+    if (fs::exists(fs::path(d) / "onnxruntime" / "export_onnx.py", ec)) return d;
+  std::string list;
+  for (const auto& d : tried) list += (list.empty() ? "" : ", ") + d;
+  throw std::runtime_error("the engine adapters are not in any of: " + list + " (set TINYGPT_ENGINES_DIR)");
+}
+
 }  // namespace tinygpt::checks

@@ -1,6 +1,5 @@
 #include "tinygpt/checks/golden.h"
 
-#include "bench.h"
 #include "golden_compare.h"
 
 #include <ATen/ATen.h>
@@ -10,13 +9,13 @@
 #include <fstream>
 
 #include "paths.h"
-#include "report.h"
+#include "tinygpt/checks/report.h"
 #include "sample_grid.h"
-#include "tinygpt/checks/selfcheck.h"
+#include "tinygpt/laws/selfcheck.h"
 #include "tinygpt/device.h"
 #include "tinygpt/errors.h"
 #include "tinygpt/generate.h"
-#include "tinygpt/safetensors.h"
+#include "tinygpt/checkpoint.h"
 
 namespace tinygpt::checks {
 
@@ -74,18 +73,21 @@ nlohmann::json greedy_rows(Fixture& fx, c10::Device dev, const CacheVariant& var
   nlohmann::json rows = nlohmann::json::array();
   for (bool cached : {true, false}) {
     if (!cached && !with_uncached) continue;
-    std::vector<at::Tensor> logits;
-    StepObserver keep = [&](int64_t, const at::Tensor& l) { logits.push_back(l[0].to(at::kCPU).clone()); };
-    auto cache = variant.make_cache(fx.model->config());
-    at::Tensor out;
+    Recorder keep;
+    at::Tensor out, steps;  // (1, 3 + n) and (1, n, V)
     if (cached) {
-      out = generate_cached(fx.model, prompt, kGreedyTokens, greedy(), *cache, variant.path(), keep);
+      Decoder d = variant.decoder(fx.model->config());
+      out = generate_cached(fx.model, prompt, kGreedyTokens, greedy(), *d.cache, d.path, keep.observer());
+      steps = keep.stacked();
     } else if (uncached) {  // the same uncached run, already computed by the caller
       out = uncached->uncached;
-      for (int64_t i = 0; i < kGreedyTokens; ++i) keep(i, uncached->uncached_logits.select(1, i));
+      steps = uncached->uncached_logits;
     } else {
-      out = generate_uncached(fx.model, prompt, kGreedyTokens, greedy(), keep);
+      out = generate_uncached(fx.model, prompt, kGreedyTokens, greedy(), keep.observer());
+      steps = keep.stacked();
     }
+    std::vector<at::Tensor> logits;
+    for (int64_t i = 0; i < steps.size(1); ++i) logits.push_back(steps[0][i].to(at::kCPU));
     at::Tensor o = out[0].to(at::kCPU);
     rows.push_back(trace(cached ? "cached" : "uncached", std::vector<int64_t>(o.data_ptr<int64_t>(), o.data_ptr<int64_t>() + o.numel()),
                          3, logits, fx.tokenizer));
@@ -123,19 +125,11 @@ Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer
                      c10::Device device) {
   Fixture fx;
   fx.dir = golden_dir;
-  Checkpoint c = read_any_checkpoint(checkpoint);
-  fx.model = GPT(c.config, 0);
-  try {
-    load_weights(fx.model, c.tensors);
-  } catch (const std::exception& e) {
-    throw InputError(checkpoint + ": " + e.what());
-  }
-  fx.model->to(device);
-  fx.model->eval();
+  fx.model = load_checkpoint(checkpoint, device);
   fx.tokenizer = Tokenizer::load(tokenizer);
-  if (fx.tokenizer.vocab_size() != c.config.vocab_size)
+  if (fx.tokenizer.vocab_size() != fx.model->config().vocab_size)
     throw std::invalid_argument(tokenizer + ": vocabulary " + std::to_string(fx.tokenizer.vocab_size()) + " != the model's " +
-                                std::to_string(c.config.vocab_size));
+                                std::to_string(fx.model->config().vocab_size));
   return fx;
 }
 
@@ -189,16 +183,18 @@ std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx,
   if (recorded) {
     nlohmann::json doc = envelope("sampler-selfcheck", dev, 0, digest);
     doc["items"] = nlohmann::json::array();
-    for (const auto& it : sampler_selfcheck(production_pick(), dev))
-      doc["items"].push_back({{"name", it.name}, {"passed", it.passed}, {"detail", it.detail}, {"draws", it.draws}});
+    std::vector<std::vector<int64_t>> draws;
+    const auto items = props::seed_selfcheck(props::production_sampler().pick, dev, &draws);
+    for (size_t i = 0; i < items.size(); ++i)
+      doc["items"].push_back({{"name", items[i].name}, {"passed", items[i].ok()}, {"detail", items[i].detail}, {"draws", draws[i]}});
     files.emplace_back("sampler_selfcheck.json", doc);
   }
   return files;
 }
 
-std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device dev, const CacheVariant* variant,
+std::vector<CheckResult> verify_goldens(Fixture& fx, c10::Device dev, const CacheVariant* variant,
                                              const Reference* uncached) {
-  std::vector<GoldenCaseResult> out;
+  std::vector<CheckResult> out;
   const std::string suffix = variant ? " [" + variant->name + "]" : "";
   // Every recorded file is read once before the minutes of computing: a missing or broken one
   // is named at once.

@@ -48,14 +48,21 @@ bool in(const nlohmann::json& arr, int64_t id, int n) {
 }
 
 // Compares one recorded trace with a fresh one.
-GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& want, const nlohmann::json& got,
-                               bool same_env, const Tokenizer& tok) {
-  GoldenCaseResult r{name, true, "", 0};
-  if (got.contains("error")) {
-    r.passed = false;
-    r.detail = "error: " + got["error"].get<std::string>();
-    return r;
-  }
+// A golden case's row: pass or fail, and what was found.
+CheckResult golden_row(std::string name, bool passed, std::string detail) {
+  CheckResult r;
+  r.name = std::move(name);
+  r.status = passed ? Status::Pass : Status::Fail;
+  r.detail = std::move(detail);
+  return r;
+}
+
+// Compares one recorded trace with a fresh one.
+CheckResult compare_trace(const std::string& name, const nlohmann::json& want, const nlohmann::json& got,
+                          bool same_env, const Tokenizer& tok) {
+  CheckResult r = golden_row(name, true, "");
+  double worst = 0;
+  if (got.contains("error")) return golden_row(name, false, "error: " + got["error"].get<std::string>());
   const auto wi = integers(want.at("ids"), "ids"), gi = got.at("ids").get<std::vector<int64_t>>();
   const int64_t t0 = integer(want.at("prompt_len"), "prompt_len");
   for (const int64_t id : wi)
@@ -76,12 +83,14 @@ GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& wa
     for (int k = 0; k < kDigestTop; ++k)
       for (int m = 0; m < kDigestTop; ++m)
         if (wd.at("top_ids").at(s).at(k) == gd["top_ids"][s][m])
-          r.worst_logit_diff = std::max(r.worst_logit_diff, std::abs(wd.at("top_logits").at(s).at(k).get<double>() - gd["top_logits"][s][m].get<double>()));
+          worst = std::max(worst, std::abs(wd.at("top_logits").at(s).at(k).get<double>() - gd["top_logits"][s][m].get<double>()));
   }
   char fig[96];
-  std::snprintf(fig, sizeof fig, "largest logit diff %.2e", r.worst_logit_diff);
-  if (r.worst_logit_diff > kDigestTolerance) {
-    r.passed = false;
+  std::snprintf(fig, sizeof fig, "largest logit diff %.2e", worst);
+  r.figure = worst;
+  r.bound = "top-5 logits within " + sci(kDigestTolerance) + ", tokens exact (near-ties elsewhere)";
+  if (worst > kDigestTolerance) {
+    r.status = Status::Fail;
     r.detail = std::string(fig) + " > tolerance " + std::to_string(kDigestTolerance);
   }
   if (first < wi.size()) {
@@ -92,14 +101,14 @@ GoldenCaseResult compare_trace(const std::string& name, const nlohmann::json& wa
     const bool near_tie = first < gi.size() && step < wd.at("top_ids").size() && step < gd["top_ids"].size() &&
                           in(gd["top_ids"][step], wi[first], kNearTieTopN) && in(wd.at("top_ids").at(step), gi[first], kNearTieTopN);
     if (same_env || !near_tie) {
-      r.passed = false;
+      r.status = Status::Fail;
       r.detail = where + "; " + fig + (same_env ? " (same environment: tokens must be exact)" : " (not a near-tie)");
-    } else if (r.passed) {
+    } else if (r.ok()) {
       r.detail = "accepted near-tie divergence in another environment: " + where;
     }
     return r;
   }
-  if (r.passed) r.detail = std::to_string(wi.size() - t0) + " tokens identical, " + fig;
+  if (r.ok()) r.detail = std::to_string(wi.size() - t0) + " tokens identical, " + fig;
   return r;
 }
 
@@ -136,16 +145,16 @@ nlohmann::json read_golden_json(const std::string& path) {
   }
 }
 
-std::vector<GoldenCaseResult> compare_golden_document(const std::string& path, const nlohmann::json& want,
+std::vector<CheckResult> compare_golden_document(const std::string& path, const nlohmann::json& want,
                                                       const nlohmann::json& fresh, const Tokenizer& tok,
                                                       const std::string& suffix, bool cached_only) {
-  std::vector<GoldenCaseResult> out;
+  std::vector<CheckResult> out;
   try {  // a recorded file with fields missing or of the wrong type is named, not a crash
     const bool same = Provenance::from_json(want.at("provenance")).same_environment(Provenance::from_json(fresh.at("provenance")));
     const std::string c = want.at("case");
     if (want.contains("model") && want.at("model") != fresh["model"]) {
-      out.push_back({c + suffix, false, "recorded for another model (weights digest " + want.at("model").get<std::string>() +
-                                            ", this model's " + fresh["model"].get<std::string>() + ")", 0});
+      out.push_back(golden_row(c + suffix, false, "recorded for another model (weights digest " + want.at("model").get<std::string>() +
+                                               ", this model's " + fresh["model"].get<std::string>() + ")"));
       return out;
     }
     if (want.contains("rows")) {
@@ -156,7 +165,7 @@ std::vector<GoldenCaseResult> compare_golden_document(const std::string& path, c
         for (const auto& row : want.at("rows"))
           if (row.at("name") == name) w = &row;
         if (!w) {
-          out.push_back({c + "/" + name + suffix, false, "no recorded golden for this case (run `tinygpt golden update`)", 0});
+          out.push_back(golden_row(c + "/" + name + suffix, false, "no recorded golden for this case (run `tinygpt golden update`)"));
           continue;
         }
         out.push_back(compare_trace(c + "/" + name + suffix, *w, got, same, tok));
@@ -165,16 +174,16 @@ std::vector<GoldenCaseResult> compare_golden_document(const std::string& path, c
         bool computed = false;
         for (const auto& got : fresh["rows"]) computed |= got["name"] == row.at("name");
         if (!computed && !cached_only)
-          out.push_back({c + "/" + row.at("name").get<std::string>(), false, "recorded but no longer computed", 0});
+          out.push_back(golden_row(c + "/" + row.at("name").get<std::string>(), false, "recorded but no longer computed"));
       }
     } else {
       for (size_t i = 0; i < want.at("items").size(); ++i) {
         const auto& w = want.at("items").at(i);
         const auto& g = fresh["items"].at(i);
-        GoldenCaseResult r{c + "/" + w.at("name").get<std::string>(), g["passed"].get<bool>(), "", 0};
-        if (!r.passed) r.detail = "the self-check itself fails: " + g.value("detail", std::string("?"));
+        CheckResult r = golden_row(c + "/" + w.at("name").get<std::string>(), g["passed"].get<bool>(), "");
+        if (!r.ok()) r.detail = "the self-check itself fails: " + g.value("detail", std::string("?"));
         else if (same && w.at("draws") != g["draws"]) {
-          r.passed = false;
+          r.status = Status::Fail;
           const auto wd = integers(w.at("draws"), "draws"), gd = g["draws"].get<std::vector<int64_t>>();
           size_t k = 0;
           while (k < std::min(wd.size(), gd.size()) && wd[k] == gd[k]) ++k;

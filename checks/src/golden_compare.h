@@ -22,7 +22,7 @@ nlohmann::json read_golden_json(const std::string& path);
 // Case names get `suffix`; with `cached_only` (another cache recomputes only the cached rows),
 // recorded rows that were not recomputed are not reported. InputError naming `path` when the
 // recorded document lacks a field or has one of the wrong type.
-std::vector<GoldenCaseResult> compare_golden_document(const std::string& path, const nlohmann::json& want,
+std::vector<CheckResult> compare_golden_document(const std::string& path, const nlohmann::json& want,
                                                       const nlohmann::json& fresh, const Tokenizer& tok,
                                                       const std::string& suffix, bool cached_only);
 

@@ -13,13 +13,20 @@
 namespace tinygpt::checks {
 
 bool FaultOutcome::caught() const {
-  return std::any_of(checks.begin(), checks.end(), [](const SubCheck& c) { return !c.passed; });
+  return std::any_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.failed(); });
 }
 
 bool FaultOutcome::caught_by(const std::string& check) const {
   for (const auto& c : checks)
-    if (c.name == check) return !c.passed;
+    if (c.name == check) return c.failed();
   return false;
+}
+
+std::vector<std::string> FaultOutcome::errors() const {
+  std::vector<std::string> out;
+  for (const auto& c : checks)
+    if (c.status == Status::Error) out.push_back(c.name);
+  return out;
 }
 
 std::vector<std::string> FaultOutcome::missed_expected() const {
@@ -105,10 +112,8 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
     if (!r.produced.defined() || !correct.defined()) {
       f.drift_after = 0;  // it could not even generate
     } else {
-      const int64_t T0 = opts.prompt.size(1);
-      at::Tensor same = (r.produced.narrow(1, T0, drift_tokens) == correct.narrow(1, T0, drift_tokens)).all(0);
-      at::Tensor diff = same.logical_not().nonzero();
-      if (diff.numel()) f.drift_after = diff[0][0].item<int64_t>();
+      const int64_t parts = steps_before_parting(r.produced, correct, opts.prompt.size(1), drift_tokens);
+      if (parts < drift_tokens) f.drift_after = parts;
     }
     rep.faults.push_back(std::move(f));
   }
@@ -130,13 +135,14 @@ std::string format_injection(const InjectionReport& r) {
     std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(n.size(), 7)), n.c_str());
     s << cell;
   }
-  s << "  drift        first logit over tol (worst |diff|)\n";
+  s << " errors  drift        first logit over tol (worst |diff|)\n";
   for (const auto& f : r.faults) {
     std::snprintf(cell, sizeof cell, "%-24s", f.fault.c_str());
     s << cell;
     for (size_t k = 0; k < names.size(); ++k) {
       const bool expected = std::find(f.expected.begin(), f.expected.end(), names[k]) != f.expected.end();
-      const char* v = k < f.checks.size() && !f.checks[k].passed ? "CAUGHT" : (expected ? "MISSED!" : "missed");
+      const bool err = k < f.checks.size() && f.checks[k].status == Status::Error;
+      const char* v = k < f.checks.size() && f.checks[k].failed() ? "CAUGHT" : err ? "ERROR" : (expected ? "MISSED!" : "missed");
       std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(names[k].size(), 7)), v);
       s << cell;
     }
@@ -146,13 +152,17 @@ std::string format_injection(const InjectionReport& r) {
       std::snprintf(over, sizeof over, "pos %lld (%.2e)", static_cast<long long>(*f.first_logit_position_over), f.worst_logit_diff);
     else
       std::snprintf(over, sizeof over, "none (%.2e)", f.worst_logit_diff);
-    std::snprintf(cell, sizeof cell, "  %-12s ", drift.c_str());
+    std::snprintf(cell, sizeof cell, " %6zu  %-12s ", f.errors().size(), drift.c_str());
     s << cell << over << "\n";
   }
   for (const auto& c : r.controls)
     s << "negative control (" << c.cache << "): " << (c.passed() ? "passes every check" : "FAILS") << "\n";
   int unexpected = 0;
   for (const auto& f : r.faults) unexpected += !f.missed_expected().empty();
+  for (const auto& f : r.faults)
+    if (!f.errors().empty())
+      s << f.fault << ": " << f.errors().size() << " check(s) could not finish (errors are not detections), first: "
+        << f.errors().front() << "\n";
   s << "mutation score: " << r.caught() << "/" << r.faults.size() << " faults caught";
   if (unexpected) s << "; " << unexpected << " missed by a check that should catch them (MISSED!)";
   s << "\n";

@@ -1,4 +1,4 @@
-#include "report.h"
+#include "tinygpt/checks/report.h"
 
 #include "tinygpt/atomic_file.h"
 
@@ -13,9 +13,16 @@
 namespace tinygpt::checks {
 
 namespace {
-nlohmann::json checks_json(const std::vector<SubCheck>& checks) {
+// The model checks of one run, as every report before the one result type had them (name, passed,
+// detail) plus status.
+nlohmann::json checks_json(const std::vector<CheckResult>& checks) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& c : checks) a.push_back({{"name", c.name}, {"passed", c.passed}, {"detail", c.detail}, {"seconds", c.seconds}});
+  for (const auto& c : checks) {
+    nlohmann::json j = to_json(c);
+    j["name"] = c.name;
+    j["detail"] = c.detail;
+    a.push_back(j);
+  }
   return a;
 }
 template <typename T>
@@ -27,6 +34,9 @@ nlohmann::json opt(const std::optional<T>& v) {
 nlohmann::json to_json(const StepDiffs& d) {
   return {{"worst_diff", d.worst},
           {"worst_position", d.worst_position},
+          {"top1_agreement", d.top1_agreement()},
+          {"kl_mean", d.kl_mean()},
+          {"kl_max", d.kl_max()},
           {"first_position", d.first_position},
           {"first_position_over", opt(d.first_position_over)},
           {"per_step_diff", d.diffs}};
@@ -61,6 +71,7 @@ nlohmann::json to_json(const InjectionReport& r) {
                       {"caught", f.caught()},
                       {"expected", f.expected},
                       {"missed_expected", f.missed_expected()},
+                      {"errors", f.errors()},
                       {"checks", checks_json(f.checks)},
                       {"drift_after", opt(f.drift_after)},
                       {"drift_window", f.drift_window},
@@ -77,71 +88,30 @@ nlohmann::json to_json(const InjectionReport& r) {
 }
 
 void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
-  write_atomically(path, [&](std::ostream& out) { out << doc.dump(2) << "\n"; });
+  write_text_atomically(path, doc.dump(2) + "\n");
 }
 
-}  // namespace tinygpt::checks
-
-namespace tinygpt::checks {
-
-std::string xml_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
-    }
-  }
-  return o;
+nlohmann::json to_json(const VerifyReport& r) {
+  nlohmann::json doc = to_json(r.rows);
+  doc["subject"] = r.subject;
+  doc["fault_matrix"] = to_json(r.matrix);
+  return doc;
 }
 
-
-std::string format_verify_table(const std::vector<VerifyRow>& rows, const std::string& command) {
-  size_t w = 5;
-  for (const auto& r : rows) w = std::max(w, r.check.size());
-  std::ostringstream s;
-  char line[1024];
-  std::snprintf(line, sizeof line, "%-*s  %-7s  %8s  %s\n", static_cast<int>(w), "check", "verdict", "time", "key figure");
-  s << line;
-  int failed = 0;
-  for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%-*s  %-7s  %7.1fs  %s\n", static_cast<int>(w), r.check.c_str(), r.passed ? "PASS" : "FAIL",
-                  r.seconds, r.figure.c_str());
-    s << line;
-    failed += !r.passed;
-  }
-  s << (failed ? command + ": FAILED (" + std::to_string(failed) + " of " + std::to_string(rows.size()) + " checks)\n"
-               : command + ": all " + std::to_string(rows.size()) + " checks passed\n");
-  return s.str();
-}
-
-nlohmann::json to_json(const std::vector<VerifyRow>& rows) {
-  nlohmann::json a = nlohmann::json::array();
-  bool ok = true;
-  for (const auto& r : rows) {
-    a.push_back({{"check", r.check}, {"passed", r.passed}, {"figure", r.figure}, {"seconds", r.seconds}});
-    ok &= r.passed;
-  }
-  return {{"passed", ok}, {"checks", a}};
-}
-
-void write_junit(const std::string& path, const std::vector<VerifyRow>& rows) {
-  int failures = 0;
-  double total = 0;
-  for (const auto& r : rows) failures += !r.passed, total += r.seconds;
-  std::ostringstream x;
-  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-    << "<testsuite name=\"tinygpt-verify\" tests=\"" << rows.size() << "\" failures=\"" << failures << "\" time=\"" << total << "\">\n";
-  for (const auto& r : rows) {
-    x << "  <testcase classname=\"tinygpt.verify\" name=\"" << xml_escape(r.check) << "\" time=\"" << r.seconds << "\"";
-    if (r.passed) x << "><system-out>" << xml_escape(r.figure) << "</system-out></testcase>\n";
-    else x << "><failure message=\"" << xml_escape(r.figure) << "\"/></testcase>\n";
-  }
-  x << "</testsuite>\n";
-  write_atomically(path, [&](std::ostream& out) { out << x.str(); });
+nlohmann::json to_json(const ConformReport& r, bool past_window) {
+  nlohmann::json doc = to_json(r.rows);
+  doc["engine"] = r.engine_name;
+  doc["command"] = r.command;
+  doc["protocol"] = r.protocol;
+  doc["checkpoint"] = r.checkpoint;
+  doc["passed"] = r.passed();
+  doc["tolerance"] = r.model.tolerance;
+  doc["past_window"] = past_window;
+  doc["deviations"] = r.deviations;
+  doc["requests"] = r.requests;
+  doc["fatal"] = r.fatal ? nlohmann::json(*r.fatal) : nlohmann::json(nullptr);
+  doc["rows"] = doc["checks"];  // the name of this list before the one result type
+  return doc;
 }
 
 }  // namespace tinygpt::checks

@@ -27,25 +27,25 @@ std::vector<GridRow> sample_grid(GPT& model, const Tokenizer& tok, const std::ve
   const c10::Device dev = model->emb->weight.device();
   at::Tensor prompt = at::tensor(prompt_ids, at::kLong).unsqueeze(0).to(dev);  // (1, T0)
   if (!variant) variant = &cache_registry().get("rolling");
-  auto cache = variant->make_cache(model->config());
-  const DecodePath path = variant->path();
+  Decoder d = variant->decoder(model->config());
   std::vector<GridRow> rows;
   for (const auto& g : grid_settings()) {
     GridRow r{g.name, g.settings, {}, "", {}, ""};
     // Re-seeded before each row, as the seed's script does: a generator of the row's own, whose
     // draws equal the default generator's after manual_seed(seed).
     at::Generator gen = make_generator(dev, seed);
-    StepObserver keep;
-    if (keep_logits) keep = [&](int64_t, const at::Tensor& l) { r.logits.push_back(l[0].to(at::kCPU).clone()); };
+    Recorder keep;
     try {
-      at::Tensor out = generate_cached(model, prompt, tokens, sampler(g.settings, gen), *cache, path, keep)[0].to(at::kCPU);
+      at::Tensor out = generate_cached(model, prompt, tokens, sampler(g.settings, gen), *d.cache, d.path,
+                                       keep_logits ? keep.observer() : StepObserver())[0].to(at::kCPU);
       r.ids.assign(out.data_ptr<int64_t>(), out.data_ptr<int64_t>() + out.numel());
     } catch (const std::exception& e) {
       std::string msg = e.what();
       if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-      r.error = "sampler failed after " + std::to_string(r.logits.size()) + " steps: " + msg;
+      r.error = "sampler failed after " + std::to_string(keep.steps().size()) + " steps: " + msg;
       r.ids = prompt_ids;
     }
+    for (const auto& l : keep.steps()) r.logits.push_back(l[0].to(at::kCPU));
     r.text = tok.decode(r.ids);
     rows.push_back(std::move(r));
   }

@@ -74,4 +74,8 @@ void write_atomically(const std::string& path, const std::function<void(std::ost
   });
 }
 
+void write_text_atomically(const std::string& path, const std::string& text) {
+  write_atomically(path, [&](std::ostream& out) { out << text; });
+}
+
 }  // namespace tinygpt

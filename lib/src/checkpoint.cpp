@@ -1,5 +1,6 @@
 #include "tinygpt/checkpoint.h"
 #include "tinygpt/errors.h"
+#include "tinygpt/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <caffe2/serialize/inline_container.h>
@@ -366,8 +367,7 @@ void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tenso
     if (name != "head.weight") t.copy_(ready[name]);
 }
 
-GPT load_checkpoint(const std::string& path, c10::Device device, std::vector<std::string>* notes) {
-  Checkpoint ck = read_torch_checkpoint(path);
+GPT model_from_checkpoint(const Checkpoint& ck, c10::Device device, const std::string& path, std::vector<std::string>* notes) {
   GPT model(ck.config, 0);
   try {
     load_weights(model, ck.tensors, notes);
@@ -377,6 +377,10 @@ GPT load_checkpoint(const std::string& path, c10::Device device, std::vector<std
   model->to(device);
   model->eval();
   return model;
+}
+
+GPT load_checkpoint(const std::string& path, c10::Device device, std::vector<std::string>* notes) {
+  return model_from_checkpoint(read_any_checkpoint(path), device, path, notes);
 }
 
 }  // namespace tinygpt

@@ -5,7 +5,9 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include <fstream>
 #include <stdexcept>
+#include <string>
 #include <thread>
 
 namespace tinygpt {
@@ -47,6 +49,16 @@ std::string libtorch_version() {
 void set_threads(int n) {
   if (n < 1) throw std::invalid_argument("threads must be >= 1, got " + std::to_string(n));
   at::set_num_threads(n);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      return c == std::string::npos ? line : line.substr(c + 2);
+    }
+  return "unknown";
 }
 
 }  // namespace tinygpt

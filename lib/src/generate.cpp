@@ -48,6 +48,22 @@ at::Tensor sequence_buffer(const at::Tensor& idx, int64_t n_tokens) {
 
 }  // namespace
 
+void Recorder::operator()(int64_t, const at::Tensor& logits) { steps_.push_back(logits.clone()); }
+
+StepObserver Recorder::observer() {
+  return [this](int64_t step, const at::Tensor& logits) { (*this)(step, logits); };
+}
+
+at::Tensor Recorder::stacked() const {
+  if (steps_.empty()) throw std::logic_error("Recorder: no steps recorded");
+  return at::stack(steps_, 1);  // (B, n, V)
+}
+
+at::Tensor decode_step(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const DecodePath& path) {
+  if (path.step) return (*path.step)(model, idx, cache, start, path.kernels);
+  return model.step_unchecked(idx, cache, start, *path.policy, path.kernels);
+}
+
 TokenChooser greedy() {
   return [](const at::Tensor& logits, const at::Tensor&) { return logits.argmax(-1); };
 }
@@ -72,7 +88,6 @@ at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, 
   check_request(model, idx, n_tokens);
   if (n_tokens == 0) return idx;
   at::NoGradGuard no_grad;
-  const AttentionPolicy& policy = *path.policy;
   const DecodeSchedule& schedule = *path.schedule;
   const int64_t ctx = model->config().context, V = model->config().vocab_size, T0 = idx.size(1);
   const int64_t w = std::min(T0, ctx);
@@ -82,7 +97,7 @@ at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, 
                            "-token window in a " + std::to_string(T0) + "-token prompt");
   at::Tensor seq = sequence_buffer(idx, n_tokens);  // (B, T0 + n)
   schedule.begin(cache);
-  at::Tensor logits = model->step_unchecked(idx.narrow(1, s0, w), cache, /*start=*/0, policy, path.kernels);  // (B, V)
+  at::Tensor logits = decode_step(*model, idx.narrow(1, s0, w), cache, /*start=*/0, path);  // (B, V)
   int64_t fed = w;  // tokens fed so far: the decode position, never wrapped (SPEC 4)
   at::Tensor bad;   // on a GPU: whether the chooser ever returned an id out of range
   for (int64_t i = 0; i < n_tokens; ++i) {
@@ -90,7 +105,7 @@ at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, 
     const int64_t L = T0 + i;
     at::Tensor next = next_ids(choose(logits, schedule.history(seq.narrow(1, 0, L), T0)), seq.size(0), V, bad);  // (B, 1)
     seq.narrow(1, L, 1).copy_(next);
-    if (i + 1 < n_tokens) logits = model->step_unchecked(next, cache, schedule.position(fed++, ctx), policy, path.kernels);
+    if (i + 1 < n_tokens) logits = decode_step(*model, next, cache, schedule.position(fed++, ctx), path);
   }
   throw_if_bad(bad, V);
   return seq;

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "tinygpt/graph_kv_cache.h"
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/modules/activation.h>
 
@@ -52,10 +51,9 @@ BlockImpl::BlockImpl(const Config& cfg) {
   norm1 = register_module("norm1", nn::LayerNorm(ln));
   attn = register_module("attn", Attention(cfg));
   norm2 = register_module("norm2", nn::LayerNorm(ln));
-  mlp = register_module(
-      "mlp", nn::Sequential(nn::Linear(cfg.d_model, 4 * cfg.d_model),
-                            nn::GELU(nn::GELUOptions().approximate("none")),  // exact erf form
-                            nn::Linear(4 * cfg.d_model, cfg.d_model)));
+  up = nn::Linear(cfg.d_model, 4 * cfg.d_model);
+  down = nn::Linear(4 * cfg.d_model, cfg.d_model);
+  mlp = register_module("mlp", nn::Sequential(up, nn::GELU(nn::GELUOptions().approximate("none")), down));  // exact erf GELU
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
@@ -66,10 +64,8 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const Attentio
   // x + attn(norm1(x)): the residual add happens inside the attention's output projection.
   at::Tensor h = attn->forward(norm(norm1, x), start, policy, cache, layer, kernels, /*residual=*/x);  // (B, T, d)
   // h + mlp(norm2(h)), the MLP's layers called one by one so the products can use the chosen kernels.
-  const auto& up = *mlp[0]->as<nn::LinearImpl>();
-  const auto& down = *mlp[2]->as<nn::LinearImpl>();
-  at::Tensor u = project(norm(norm2, h), up.weight, up.bias, kernels, {}, /*gelu=*/true);  // exact erf GELU, (B, T, 4d)
-  return project(u, down.weight, down.bias, kernels, /*residual=*/h);                    // (B, T, d)
+  at::Tensor u = project(norm(norm2, h), up->weight, up->bias, kernels, {}, /*gelu=*/true);  // exact erf GELU, (B, T, 4d)
+  return project(u, down->weight, down->bias, kernels, /*residual=*/h);                    // (B, T, d)
 }
 
 GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
@@ -91,8 +87,7 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
     auto* b = m->as<BlockImpl>();
     b->attn->qkv->weight.normal_(0.0, 0.02, gen);
     b->attn->out->weight.normal_(0.0, 0.02, gen);
-    for (int idx : {0, 2}) {
-      auto* lin = b->mlp[idx]->as<nn::LinearImpl>();
+    for (auto* lin : {b->up.get(), b->down.get()}) {
       lin->weight.normal_(0.0, 0.02, gen);
       lin->bias.zero_();
     }
@@ -100,7 +95,7 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   for (const auto& m : *blocks) {
     auto* b = m->as<BlockImpl>();
     b->attn->out->weight.normal_(0.0, resid_std, gen);
-    b->mlp[2]->as<nn::LinearImpl>()->weight.normal_(0.0, resid_std, gen);
+    b->down->weight.normal_(0.0, resid_std, gen);
   }
   // LayerNorm defaults are already weight 1, bias 0.
 }
@@ -140,9 +135,6 @@ at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start,
 at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
                                    Kernels kernels) {
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
-  // A CUDA decode step with the production policy replays the graph its cache captured.
-  if (kernels == Kernels::CudaGraph && idx.size(1) == 1 && idx.is_cuda() && &policy == &production_policy())
-    if (auto* g = dynamic_cast<GraphKVCache*>(&cache); g && g->length() > 0) return g->decode(*this, idx, start);
   at::Tensor x = emb->forward(idx);                      // (B, T, d)
   x = run_blocks(x, start, policy, &cache, kernels);    // (B, T, d)
   return head(x.select(1, x.size(1) - 1), kernels);     // (B, V)

@@ -106,13 +106,29 @@ at::Generator make_generator(c10::Device device, uint64_t seed) {
   return g;
 }
 
-at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
+at::Tensor SamplerStages::filtered(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) const {
   s.validate();
   if (s.temperature == 0) throw std::invalid_argument("filtered_scores: temperature 0 is argmax, not a distribution");
-  at::Tensor x = apply_penalty(checked_scores(logits, history), history, s.penalty);
-  x = apply_temperature(x, s.temperature);
-  x = apply_top_k(x, s.top_k);
-  return apply_top_p(x, s.top_p);
+  at::Tensor x = penalty(checked_scores(logits, history), history, s.penalty);
+  x = temperature(x, s.temperature);
+  x = top_k(x, s.top_k);
+  return top_p(x, s.top_p);
+}
+
+at::Tensor SamplerStages::pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s,
+                               const c10::optional<at::Generator>& gen) const {
+  s.validate();
+  if (s.temperature == 0) return argmax(penalty(checked_scores(logits, history), history, s.penalty));  // first index on ties
+  return draw(filtered(logits, history, s), gen);
+}
+
+const SamplerStages& production_stages() {
+  static const SamplerStages stages;
+  return stages;
+}
+
+at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
+  return production_stages().filtered(logits, history, s);
 }
 
 at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
@@ -121,12 +137,7 @@ at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& history, c
 
 at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history,
                 const c10::optional<at::Generator>& gen) {
-  s.validate();
-  if (s.temperature == 0) {
-    at::Tensor x = apply_penalty(checked_scores(logits, history), history, s.penalty);
-    return x.argmax(-1);  // first index on ties
-  }
-  return draw(filtered_scores(logits, history, s), gen);
+  return production_stages().pick(logits, history, s, gen);
 }
 
 TokenChooser sampler(const SamplingSettings& s, c10::optional<at::Generator> gen) {

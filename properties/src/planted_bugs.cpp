@@ -12,25 +12,13 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-struct Stages {
-  std::function<at::Tensor(const at::Tensor&, const at::Tensor&, double)> penalty = apply_penalty;
-  std::function<at::Tensor(const at::Tensor&, double)> temperature = apply_temperature;
-  std::function<at::Tensor(const at::Tensor&, int64_t)> top_k = apply_top_k;
-  std::function<at::Tensor(const at::Tensor&, double)> top_p = apply_top_p;
-  std::function<at::Tensor(const at::Tensor&)> argmax = [](const at::Tensor& x) { return x.argmax(-1); };
-};
-
-SamplerUnderTest compose(std::string name, std::string description, Stages st) {
+// A pipeline with the production stages but the ones a bug rewrites.
+SamplerUnderTest compose(std::string name, std::string description, SamplerStages st) {
   auto filtered = [st](const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
-    s.validate();
-    at::Tensor x = st.penalty(checked_scores(logits, history), history, s.penalty);
-    x = st.temperature(x, s.temperature);
-    x = st.top_k(x, s.top_k);
-    return st.top_p(x, s.top_p);
+    return st.filtered(logits, history, s);
   };
-  auto pick = [st, filtered](const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
-    if (s.temperature == 0) return st.argmax(st.penalty(checked_scores(logits, history), history, s.penalty));
-    return draw(filtered(logits, history, s));
+  auto pick = [st](const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
+    return st.pick(logits, history, s);
   };
   return {std::move(name), std::move(description), filtered, pick};
 }
@@ -46,7 +34,7 @@ SamplerUnderTest production_sampler() {
 std::vector<SamplerUnderTest> planted_bugs() {
   std::vector<SamplerUnderTest> bugs;
   {
-    Stages st;  // drop when the cumulative mass INCLUDING the token reaches p
+    SamplerStages st;  // drop when the cumulative mass INCLUDING the token reaches p
     st.top_p = [](const at::Tensor& scores, double top_p) {
       if (top_p >= 1.0) return scores;
       auto [sorted, order] = scores.sort(-1, true);
@@ -56,7 +44,7 @@ std::vector<SamplerUnderTest> planted_bugs() {
     bugs.push_back(compose("topPDropsTheTokenThatReachesP", "top-p tests cum >= p instead of cum - p_i >= p", st));
   }
   {
-    Stages st;  // divides every score, so a negative score moves UP towards 0
+    SamplerStages st;  // divides every score, so a negative score moves UP towards 0
     st.penalty = [](const at::Tensor& scores, const at::Tensor& history, double penalty) {
       if (penalty == 1.0 || !history.defined() || history.numel() == 0) return scores;
       at::Tensor seen = at::zeros_like(scores, scores.options().dtype(at::kBool)).scatter_(1, history, true);
@@ -65,7 +53,7 @@ std::vector<SamplerUnderTest> planted_bugs() {
     bugs.push_back(compose("penaltyDividesNegativeScores", "penalty divides every seen score, raising negatives", st));
   }
   {
-    Stages st;  // keeps exactly k ids from topk's indices, dropping ties with the k-th
+    SamplerStages st;  // keeps exactly k ids from topk's indices, dropping ties with the k-th
     st.top_k = [](const at::Tensor& scores, int64_t k) {
       if (k == 0) return scores;
       at::Tensor idx = std::get<1>(scores.topk(k, -1));
@@ -75,7 +63,7 @@ std::vector<SamplerUnderTest> planted_bugs() {
     bugs.push_back(compose("topKDropsTies", "top-k keeps topk()'s k indices, dropping ties with the k-th", st));
   }
   {
-    Stages st;  // applies the penalty once per occurrence instead of once per distinct id
+    SamplerStages st;  // applies the penalty once per occurrence instead of once per distinct id
     st.penalty = [](const at::Tensor& scores, const at::Tensor& history, double penalty) {
       if (penalty == 1.0 || !history.defined() || history.numel() == 0) return scores;
       at::Tensor x = scores;
@@ -88,16 +76,53 @@ std::vector<SamplerUnderTest> planted_bugs() {
     bugs.push_back(compose("penaltyCountsRepeats", "penalty compounds for every repeat in the history", st));
   }
   {
-    Stages st;
+    SamplerStages st;
     st.temperature = [](const at::Tensor& scores, double t) { return scores * t; };
     bugs.push_back(compose("temperatureMultiplies", "scores multiplied by the temperature instead of divided", st));
   }
   {
-    Stages st;  // argmax over the reversed row: the LAST maximal index wins ties
+    SamplerStages st;  // keeps the k + 1 best: an off-by-one in the cut
+    st.top_k = [](const at::Tensor& scores, int64_t k) {
+      if (k == 0 || k >= scores.size(1)) return scores;
+      return apply_top_k(scores, k + 1);
+    };
+    bugs.push_back(compose("topKKeepsOneTooMany", "top-k keeps the k + 1 best (an off-by-one in the cut)", st));
+  }
+  {
+    SamplerStages st;  // argmax over the reversed row: the LAST maximal index wins ties
     st.argmax = [](const at::Tensor& x) { return (x.size(1) - 1) - x.flip(1).argmax(-1); };
     bugs.push_back(compose("greedyTakesLastTiedIndex", "temperature 0 breaks ties towards the last index", st));
   }
   return bugs;
+}
+
+std::vector<SamplerUnderTest> legal_variants() {
+  std::vector<SamplerUnderTest> out;
+  {
+    SamplerStages st;  // the seed's own top-p: torch.sort(descending=True), not a stable sort
+    st.top_p = [](const at::Tensor& scores, double top_p) {
+      if (top_p >= 1.0) return scores;
+      auto [sorted, order] = scores.sort(/*stable=*/false, -1, /*descending=*/true);
+      at::Tensor p = sorted.softmax(-1);
+      at::Tensor kept = sorted.masked_fill(p.cumsum(-1) - p >= top_p, kNegInf);
+      return at::empty_like(scores).scatter_(-1, order, kept);
+    };
+    out.push_back(compose("seedsUnstableTopPSort", "top-p over torch.sort(descending=True) as the seed's code has it", st));
+  }
+  {
+    SamplerStages st;  // equal scores ranked by HIGHER index first: the other extreme of a legal order
+    st.top_p = [](const at::Tensor& scores, double top_p) {
+      if (top_p >= 1.0) return scores;
+      const at::Tensor flipped = scores.flip(1);  // a stable sort of the reversed row ranks ties by higher index
+      auto [sorted, order] = flipped.sort(/*stable=*/true, -1, /*descending=*/true);
+      order = (scores.size(1) - 1) - order;
+      at::Tensor p = sorted.softmax(-1);
+      at::Tensor kept = sorted.masked_fill(p.cumsum(-1) - p >= top_p, kNegInf);
+      return at::empty_like(scores).scatter_(-1, order, kept);
+    };
+    out.push_back(compose("topPTiesByHigherIndex", "top-p ranks equal scores by higher index first", st));
+  }
+  return out;
 }
 
 }  // namespace tinygpt::props

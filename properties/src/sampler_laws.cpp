@@ -1,6 +1,6 @@
 #include "tinygpt/laws/sampler_laws.h"
 
-#include "tinygpt/checks/selfcheck.h"
+#include "tinygpt/laws/selfcheck.h"
 #include "tinygpt/laws/spec6_model.h"
 
 #include <ATen/ATen.h>
@@ -109,6 +109,9 @@ std::vector<int64_t> row_i(const at::Tensor& t, int64_t b) {
 
 // The nucleus slack: a float32 cumulative sum over up to 4096 probabilities against a double one.
 constexpr double kNucleusSlack = 1e-4;
+// The generic laws leave top-k's tie rule to the fixed check named for it (topKDrawsEveryTokenTiedWithTheKth):
+// an engine that keeps exactly k tokens fails that one row and passes the rest.
+constexpr bool kTiesAtKEither = true;
 
 // A case where every stage binds at once: top-k below V with top-p below 1 whose boundary lands
 // inside the top-k set, a penalty other than 1 on a history of several distinct top ids with
@@ -189,15 +192,12 @@ BindingCase gen_binding_case(c10::Device dev) {
 std::vector<Law> generated_laws() {
   std::vector<Law> laws;
 
-  laws.push_back({"temperatureZeroIsArgmax", "pick(T=0) == first index of max(logits)",
+  // Which of equal maxima greedy takes is a fixed check of its own (greedyPicksTheFirstOfEqualMaxima).
+  laws.push_back({"temperatureZeroIsArgmax", "pick(T=0) in argmax set of logits",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     at::Tensor x = gen_logits(dev);
                     at::Tensor ids = sut.pick(x, no_history(), {0.0, 0, 1.0, 1.0}).to(at::kCPU);
-                    for (int64_t b = 0; b < x.size(0); ++b) {
-                      auto s = row(x, b);
-                      const int64_t first = std::max_element(s.begin(), s.end()) - s.begin();
-                      RC_ASSERT(ids[b].item<int64_t>() == first);
-                    }
+                    for (int64_t b = 0; b < x.size(0); ++b) RC_ASSERT(in_max_set(row(x, b), ids[b].item<int64_t>()));
                   }, true});
 
   laws.push_back({"topKOnePicksATopScoringToken", "pick(top_k=1, any T > 0, any top_p) in argmax set",
@@ -383,7 +383,7 @@ std::vector<Law> generated_laws() {
                     at::Tensor f = sut.filtered(c.logits, c.history, c.settings);
                     const spec6::Settings ms{c.settings.temperature, c.settings.top_k, c.settings.top_p, c.settings.penalty};
                     for (int64_t b = 0; b < c.logits.size(0); ++b) {
-                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack);
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack, kTiesAtKEither);
                       const auto got = row_f(f, b);
                       for (size_t i = 0; i < got.size(); ++i) {
                         if (m.fate[i] == spec6::Fate::Either) continue;
@@ -400,7 +400,7 @@ std::vector<Law> generated_laws() {
                     at::Tensor p = f.softmax(-1);
                     const spec6::Settings ms{c.settings.temperature, c.settings.top_k, c.settings.top_p, c.settings.penalty};
                     for (int64_t b = 0; b < c.logits.size(0); ++b) {
-                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack);
+                      const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b), ms, kNucleusSlack, kTiesAtKEither);
                       const auto got = row_f(f, b);
                       std::vector<bool> support(got.size());
                       for (size_t i = 0; i < got.size(); ++i) {
@@ -413,13 +413,19 @@ std::vector<Law> generated_laws() {
                     }
                   }});
 
-  laws.push_back({"greedyMatchesTheSpec6Model", "pick(T=0, penalty, history) == model argmax (first index on ties)",
+  laws.push_back({"greedyMatchesTheSpec6Model", "pick(T=0, penalty, history) has the model's largest penalised score",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     BindingCase c = gen_binding_case(dev);
                     c.settings.temperature = 0.0;
                     at::Tensor ids = sut.pick(c.logits, c.history, c.settings).to(at::kCPU);
-                    for (int64_t b = 0; b < c.logits.size(0); ++b)
-                      RC_ASSERT(ids[b].item<int64_t>() == spec6::greedy(row_f(c.logits, b), row_i(c.history, b), c.settings.penalty));
+                    for (int64_t b = 0; b < c.logits.size(0); ++b) {
+                      const auto pen = spec6::penalize(row_f(c.logits, b), row_i(c.history, b), c.settings.penalty);
+                      const int64_t want = spec6::greedy(row_f(c.logits, b), row_i(c.history, b), c.settings.penalty);
+                      const int64_t got = ids[b].item<int64_t>();
+                      RC_ASSERT(got >= 0);
+                      RC_ASSERT(got < static_cast<int64_t>(pen.size()));
+                      RC_ASSERT(pen[static_cast<size_t>(got)] == pen[static_cast<size_t>(want)]);
+                    }
                   }, true});
 
   laws.push_back({"drawsStayInTheSpec6Support",
@@ -431,7 +437,7 @@ std::vector<Law> generated_laws() {
                     const auto& s = c.settings;
                     for (int64_t b = 0; b < B; ++b) {
                       const auto m = spec6::filter(row_f(c.logits, b), row_i(c.history, b),
-                                                   {s.temperature, s.top_k, s.top_p, s.penalty}, kNucleusSlack);
+                                                   {s.temperature, s.top_k, s.top_p, s.penalty}, kNucleusSlack, kTiesAtKEither);
                       for (int64_t r = 0; r < N; ++r) {
                         const int64_t id = ids[r * B + b].item<int64_t>();
                         RC_ASSERT(id >= 0);
@@ -468,28 +474,116 @@ std::vector<FixedCheck> fixed_checks() {
   std::vector<FixedCheck> checks;
   auto on = [](c10::Device dev, std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0).to(dev); };
 
-  // The seed's own self-check, shared with `tinygpt verify` (checks/selfcheck.cpp).
+  // The seed's own self-check, shared with `tinygpt verify` and the goldens (selfcheck.cpp).
   static const char* names[] = {"seedSelfCheckGreedyForms", "seedSelfCheckTopFive",
                                 "topPOverTheSeedDistributionDrawsExactlyTheTopTwo", "penaltyTwoOnTheSeedPairPicksTheRunnerUp"};
   for (size_t k = 0; k < 4; ++k)
     checks.push_back({names[k], "seed self-check item " + std::to_string(k),
                       [k](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
-                        const auto items = checks::sampler_selfcheck(
-                            [&](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return sut.pick(l, h, s); },
-                            dev);
-                        return items.at(k).passed ? "" : items.at(k).name + ": " + items.at(k).detail;
+                        const auto items = seed_selfcheck(sut.pick, dev);
+                        return items.at(k).ok() ? "" : items.at(k).name + ": " + items.at(k).detail;
                       }});
 
+  // Draws of `n` rows of `logits` under `s` (with `history` when given), seeded: the ids drawn.
+  auto draws = [on](const SamplerUnderTest& sut, c10::Device dev, std::vector<float> logits, std::vector<int64_t> history,
+                    const SamplingSettings& s, int64_t n, uint64_t seed) {
+    at::Tensor x = on(dev, std::move(logits)).repeat({n, 1});
+    at::Tensor h = history.empty() ? no_history() : at::tensor(history, at::kLong).unsqueeze(0).to(dev).repeat({n, 1});
+    at::manual_seed(seed);
+    at::Tensor ids = sut.pick(x, h, s).to(at::kCPU).contiguous();
+    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+  };
+  auto count = [](const std::vector<int64_t>& ids, int64_t id) {
+    return static_cast<int64_t>(std::count(ids.begin(), ids.end(), id));
+  };
+
   checks.push_back({"topPDropsATokenWhoseMassAboveIsExactlyP",
-                    "logits [0, 0], top_p 0.5: the mass above id 1 is exactly 0.5 >= top_p, so 200 draws are all id 0",
+                    "logits [0, 0], top_p 0.5: the mass above the second-ranked is exactly 0.5 >= top_p, so exactly one of the "
+                    "two survives (either one: SPEC 6 leaves the order of equal scores open)",
+                    [draws](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      // softmax([0, 0]) = [0.5, 0.5] exactly in float32: the boundary case generated cases never hit (a
+                      // nucleus test of > instead of >= keeps both).
+                      const auto ids = draws(sut, dev, {0.0f, 0.0f}, {}, {1.0, 0, 0.5, 1.0}, 200, 7);
+                      const std::set<int64_t> seen(ids.begin(), ids.end());
+                      return seen.size() == 1 ? "" : "200 draws took both ids: the second-ranked survived though the mass above it is exactly top_p";
+                    }});
+
+  // The three tie rules of SPEC 6, each a row of its own: an engine that breaks one fails that row,
+  // named for what it does, and passes every other law (which leave ties open).
+  checks.push_back({"topKDrawsEveryTokenTiedWithTheKth",
+                    "top-k keeps every token tied with the k-th: logits [1, 1, 1, 0], top_k 2, 3000 draws take all three of ids 0-2",
+                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      const auto ids = draws(sut, dev, {1.0f, 1.0f, 1.0f, 0.0f}, {}, {1.0, 2, 1.0, 1.0}, 3000, 11);
+                      int64_t kept = 0;
+                      for (int64_t id : {0, 1, 2}) kept += count(ids, id) > 0;
+                      if (count(ids, 3) > 0) return "drew id 3, below the k-th score";
+                      // Each tied id has probability 1/3 per draw: (2/3)^3000 says a kept one is never missed.
+                      return kept == 3 ? "" : "kept exactly " + std::to_string(kept) + " of 3 tokens tied at the k-th score";
+                    }});
+  checks.push_back({"topPAcceptsAnyOrderAmongTiedTokens",
+                    "top-p: any order among tied tokens: logits [2, 1, 1, 1, 0], top_p 0.6 keep id 0 and exactly one of the "
+                    "tied ids 1-3 (whichever the implementation ranks first)",
+                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      // p = [.475, .175, .175, .175, .064]: the first-ranked tied token has .475 < .6 above it, the
+                      // others at least .65 >= .6.
+                      const auto ids = draws(sut, dev, {2.0f, 1.0f, 1.0f, 1.0f, 0.0f}, {}, {1.0, 0, 0.6, 1.0}, 3000, 13);
+                      int64_t tied = 0;
+                      for (int64_t id : {1, 2, 3}) tied += count(ids, id) > 0;
+                      if (count(ids, 4) > 0) return "drew id 4, outside the nucleus";
+                      if (count(ids, 0) == 0) return "never drew id 0, the top token";
+                      return tied == 1 ? "" : "kept " + std::to_string(tied) + " of the 3 tied tokens at the nucleus boundary, expected exactly 1";
+                    }});
+  checks.push_back({"greedyPicksTheFirstOfEqualMaxima", "greedy: first index among equal maxima: logits [1, 3, 3, 0] at temperature 0 pick id 1",
                     [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
-                      // softmax([0, 0]) = [0.5, 0.5] exactly in float32: the boundary case generated
-                      // cases never hit (a nucleus test of > instead of >= keeps id 1).
-                      at::Tensor x = on(dev, {0.0f, 0.0f}).repeat({200, 1});
-                      at::manual_seed(7);
-                      at::Tensor ids = sut.pick(x, no_history(), {1.0, 0, 0.5, 1.0}).to(at::kCPU);
-                      const int64_t ones = ids.sum().item<int64_t>();
-                      return ones == 0 ? "" : std::to_string(ones) + " of 200 draws were id 1, whose mass above is exactly top_p";
+                      const int64_t id = sut.pick(on(dev, {1.0f, 3.0f, 3.0f, 0.0f}), no_history(), {0.0, 0, 1.0, 1.0}).item<int64_t>();
+                      return id == 1 ? "" : "picked id " + std::to_string(id) + " of the tied maxima {1, 2}, expected the first, 1";
+                    }});
+
+  // Every stage's direction, seen through draws alone (an engine's `sample` shows nothing else).
+  checks.push_back({"penaltyLowersAPenalisedTokenWhateverItsSign",
+                    "penalty 2 on a repeated token lowers its draw frequency, with a positive score (logits [1, 0], history [0]) "
+                    "and with a negative one (logits [0, -1], history [1]); 4000 draws each",
+                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      // p(penalised) without and with the penalty: .731 -> .622 (positive), .269 -> .119 (negative); a
+                      // penalty that divides the negative score raises it to .378. 4000 draws: sigma ~30 draws.
+                      for (const auto& [logits, id] : {std::pair{std::vector<float>{1.0f, 0.0f}, int64_t(0)},
+                                                       std::pair{std::vector<float>{0.0f, -1.0f}, int64_t(1)}}) {
+                        const int64_t without = count(draws(sut, dev, logits, {}, {1.0, 0, 1.0, 1.0}, 4000, 17), id);
+                        const int64_t with = count(draws(sut, dev, logits, {id}, {1.0, 0, 1.0, 2.0}, 4000, 19), id);
+                        if (with >= without - 150)
+                          return std::string("the penalty did not lower a repeated token with a ") + (logits[id] > 0 ? "positive" : "negative") +
+                                 " score: drawn " + std::to_string(with) + " of 4000 times with it, " + std::to_string(without) + " without" +
+                                 (logits[id] < 0 && with > without ? " (it raised it: a negative score divided instead of multiplied)" : "");
+                      }
+                      return "";
+                    }});
+  checks.push_back({"temperatureSharpensBelowOneAndFlattensAboveOne",
+                    "logits [2, 1, 0, -1]: the top token's draw frequency at T 0.5 > at T 1 > at T 2; 4000 draws each",
+                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      // p(top) = .865, .644, .455 at T = 0.5, 1, 2: ~9 sigma apart at 4000 draws.
+                      int64_t last = 4001;
+                      for (double t : {0.5, 1.0, 2.0}) {
+                        const int64_t n = count(draws(sut, dev, {2.0f, 1.0f, 0.0f, -1.0f}, {}, {t, 0, 1.0, 1.0}, 4000, 23), 0);
+                        if (n >= last - 150)
+                          return "the top token was drawn " + std::to_string(n) + " of 4000 times at temperature " + std::to_string(t).substr(0, 3) +
+                                 ", not fewer than at the lower temperature (" + std::to_string(last) + ")";
+                        last = n;
+                      }
+                      return "";
+                    }});
+  checks.push_back({"topKAndTopPNeverWidenTheSupport",
+                    "logits [3, 2, 1, 0, -1, -2]: top_k 3 draws only ids 0-2, top_p 0.8 only its nucleus {0, 1}, both only their "
+                    "intersection; 2000 draws each",
+                    [draws](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                      // p = [.634, .233, .086, .032, .012, .004]: the nucleus of 0.8 is {0, 1} (.634 < .8 <= .867).
+                      const std::vector<float> x = {3.0f, 2.0f, 1.0f, 0.0f, -1.0f, -2.0f};
+                      for (const auto& [s, allowed] : {std::pair{SamplingSettings{1.0, 3, 1.0, 1.0}, int64_t(2)},
+                                                       std::pair{SamplingSettings{1.0, 0, 0.8, 1.0}, int64_t(1)},
+                                                       std::pair{SamplingSettings{1.0, 4, 0.8, 1.0}, int64_t(1)}})
+                        for (int64_t id : draws(sut, dev, x, {}, s, 2000, 29))
+                          if (id > allowed)
+                            return "drew id " + std::to_string(id) + " with " + s.to_string() + ": outside ids 0-" + std::to_string(allowed);
+                      return "";
                     }});
 
   checks.push_back({"drawsMatchTheSpec6Distribution",

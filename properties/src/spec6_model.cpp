@@ -52,13 +52,38 @@ std::vector<Fate> top_p(const std::vector<float>& s, const std::vector<bool>& al
     }
     above += p[i];
   }
+  // A group of equal scores whose members did not all meet the same fate straddles the boundary: in
+  // another order among them, any one of them could have been the one ranked first.
+  for (size_t r = 0; r < rank.size();) {
+    size_t e = r;
+    while (e < rank.size() && alive[rank[e]] && alive[rank[r]] && s[rank[e]] == s[rank[r]]) ++e;
+    if (e == r) {
+      ++r;
+      continue;
+    }
+    bool mixed = false;
+    for (size_t j = r; j < e; ++j) mixed |= fate[rank[j]] != fate[rank[r]] || fate[rank[j]] == Fate::Either;
+    if (mixed)
+      for (size_t j = r; j < e; ++j) fate[rank[j]] = Fate::Either;
+    r = e;
+  }
   return fate;
 }
 
-Filtered filter(const std::vector<float>& logits, const std::vector<int64_t>& history, const Settings& s, double slack) {
+Filtered filter(const std::vector<float>& logits, const std::vector<int64_t>& history, const Settings& s, double slack,
+                bool ties_at_k_either) {
   Filtered f;
   f.scores = scale(penalize(logits, history, s.penalty), s.temperature);
   f.fate = top_p(f.scores, top_k(f.scores, s.top_k), s.top_p, slack);
+  if (ties_at_k_either && s.top_k > 0 && s.top_k < static_cast<int64_t>(f.scores.size())) {
+    std::vector<float> sorted = f.scores;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    const float kth = sorted[static_cast<size_t>(s.top_k - 1)];
+    // Only a tie that crosses the cut (the k-th score also below rank k) leaves room for a choice.
+    if (sorted[static_cast<size_t>(s.top_k)] == kth)
+      for (size_t i = 0; i < f.scores.size(); ++i)
+        if (f.scores[i] == kth) f.fate[i] = Fate::Either;
+  }
   return f;
 }
 

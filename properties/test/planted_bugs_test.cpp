@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
 
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 
 #include "tinygpt/laws/sampler_laws.h"
+#include "tinygpt/laws/sampler_under_test.h"
 
 namespace tinygpt::props {
 namespace {
@@ -57,6 +59,68 @@ TEST(PlantedBugs, EveryPlantedBugIsCaught) {
   report << "caught " << caught_bugs << " of " << bugs.size() << " planted bugs\n";
   std::cout << report.str();
   EXPECT_GE(bugs.size(), 4u);
+}
+
+// Runs every law (pick-only ones when `draws_only`) and fixed check on `sut`; the names that fail.
+std::vector<std::string> failing(const SamplerUnderTest& sut, bool draws_only) {
+  const c10::Device cpu(c10::kCPU);
+  std::vector<std::string> out;
+  for (const auto& law : generated_laws()) {
+    if (draws_only && !law.pick_only) continue;
+    rc::detail::TestParams params;
+    params.seed = 20261130;
+    params.maxSuccess = 100;
+    params.disableShrinking = true;
+    Silent silent;
+    const auto result = rc::detail::checkTestable([&] { law.body(sut, cpu); }, rc::detail::TestMetadata{law.name, law.name},
+                                                  params, silent);
+    if (!result.template is<rc::detail::SuccessResult>()) out.push_back(law.name);
+  }
+  for (const auto& check : fixed_checks()) {
+    std::string why;
+    try {
+      why = check.run(sut, cpu);
+    } catch (const std::exception& e) {
+      why = e.what();
+    }
+    if (!why.empty()) out.push_back(check.name);
+  }
+  return out;
+}
+
+// The tie rules and the stages' directions each have a row of their own: the bug it is about fails
+// that row, by name.
+TEST(PlantedBugs, EachTieAndDirectionRowCatchesItsOwnBug) {
+  const std::vector<std::pair<std::string, std::string>> expect = {
+      {"topKDropsTies", "topKDrawsEveryTokenTiedWithTheKth"},
+      {"greedyTakesLastTiedIndex", "greedyPicksTheFirstOfEqualMaxima"},
+      {"penaltyDividesNegativeScores", "penaltyLowersAPenalisedTokenWhateverItsSign"},
+      {"temperatureMultiplies", "temperatureSharpensBelowOneAndFlattensAboveOne"},
+      {"topKKeepsOneTooMany", "topKAndTopPNeverWidenTheSupport"},
+  };
+  for (const auto& [bug, row] : expect) {
+    const SamplerUnderTest* sut = nullptr;
+    const auto bugs = planted_bugs();
+    for (const auto& b : bugs)
+      if (b.name == bug) sut = &b;
+    ASSERT_NE(sut, nullptr) << bug;
+    const auto fails = failing(*sut, /*draws_only=*/true);
+    EXPECT_NE(std::find(fails.begin(), fails.end(), row), fails.end()) << bug << " should fail " << row;
+  }
+}
+
+// Seen through draws, a sampler whose top-k keeps exactly k (llama.cpp's) breaks SPEC 6's tie rule
+// and nothing else: one row, named for it. And the penalty bug that divides negative scores, which
+// no draw-based law saw before, fails the penalty's direction row.
+TEST(PlantedBugs, AnEngineThatKeepsExactlyKFailsOnlyTheTieRow) {
+  for (const auto& b : planted_bugs())
+    if (b.name == "topKDropsTies") EXPECT_EQ(failing(b, true), std::vector<std::string>{"topKDrawsEveryTokenTiedWithTheKth"});
+}
+
+// Where SPEC 6 leaves the order of equal scores open, every order passes: the seed's own unstable
+// sort, and ties ranked by higher index.
+TEST(PlantedBugs, LegalTieOrdersPassEveryLawAndCheck) {
+  for (const auto& v : legal_variants()) EXPECT_EQ(failing(v, false), std::vector<std::string>{}) << v.name;
 }
 
 // The negative control: the production sampler breaks no law under the same parameters.

@@ -1,10 +1,13 @@
 // The bench's roofline: the bytes and FLOPs it charges each step of a run, counted by hand on a
 // tiny model, and the bound it derives from them.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
 #include "bench.h"
+#include "read_pass.h"
 
 namespace tinygpt::checks {
 namespace {
@@ -48,6 +51,20 @@ TEST(BenchBound, EachStepTakesTheSlowerOfReadingAndComputing) {
   EXPECT_DOUBLE_EQ(run_bound_seconds(steps, 10, 10), 20);    // 10 s reading, then 10 s computing
   EXPECT_DOUBLE_EQ(run_bound_seconds(steps, 100, 10), 11);   // 1 s (compute-bound both: 1, 10)
   EXPECT_THROW(run_bound_seconds(steps, 0, 10), std::invalid_argument);
+}
+
+// The bench's read pass: every element once, on one thread or two, chunk tails included.
+TEST(ReadPass, SumsEveryElementOnAnyThreadCount) {
+  const int threads = at::get_num_threads();
+  at::Generator g = at::detail::createCPUGenerator(30);
+  const at::Tensor buf = at::randn({3 * 16384 + 37}, g).abs();
+  const double want = buf.to(at::kDouble).sum().item<double>();
+  for (int t : {1, 2}) {
+    at::set_num_threads(t);
+    EXPECT_NEAR(read_pass(buf), want, 1e-5 * want) << t << " threads";
+  }
+  at::set_num_threads(threads);
+  EXPECT_THROW(read_pass(buf.to(at::kDouble)), std::invalid_argument);
 }
 
 }  // namespace

@@ -3,14 +3,15 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "tinygpt/checks/equivalence.h"
+#include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/parallel_runs.h"
-#include "report.h"
+#include "tinygpt/checks/report.h"
 
 #include <ATen/Parallel.h>
 
@@ -88,9 +89,9 @@ TEST_F(Harness, FaultMatrixRunsSideBySideGiveWhatTheyGiveOneAtATime) {
   auto lines = [](const InjectionReport& rep) {
     std::vector<std::string> out;
     for (const auto& c : rep.controls)
-      for (const auto& k : c.checks) out.push_back(c.cache + " " + k.name + (k.passed ? " PASS " : " FAIL ") + k.detail);
+      for (const auto& k : c.checks) out.push_back(c.cache + " " + k.name + " " + to_string(k.status) + " " + k.detail);
     for (const auto& f : rep.faults) {
-      for (const auto& k : f.checks) out.push_back(f.fault + " " + k.name + (k.passed ? " PASS " : " FAIL ") + k.detail);
+      for (const auto& k : f.checks) out.push_back(f.fault + " " + k.name + " " + to_string(k.status) + " " + k.detail);
       out.push_back(f.fault + " drift " + (f.drift_after ? std::to_string(*f.drift_after) : "none"));
       for (double d : f.step_diffs) out.push_back(f.fault + " step " + std::to_string(d));
     }
@@ -163,10 +164,12 @@ TEST_F(Harness, EachFaultFamilyIsCaughtWhereItActs) {
   EXPECT_TRUE(outcome("loop-pos-off-by-one").caught_by("logits"));
   // A long prompt is the only place the prefill offset shows; reset, sampling and batches likewise.
   EXPECT_EQ(outcome("loop-prefill-offset").checks.size(), kChecks.size());
-  for (const auto& c : outcome("loop-prefill-offset").checks) EXPECT_EQ(c.passed, c.name != "long-prompt") << c.name;
-  for (const auto& c : outcome("loop-history-no-prompt").checks) EXPECT_EQ(c.passed, c.name != "sampled") << c.name;
+  for (const auto& c : outcome("loop-prefill-offset").checks) EXPECT_EQ(c.ok(), c.name != "long-prompt") << c.name;
+  for (const auto& c : outcome("loop-history-no-prompt").checks) EXPECT_EQ(c.ok(), c.name != "sampled") << c.name;
   for (const char* n : {"rows-mixed", "prefill-rows-shifted"})
-    for (const auto& c : outcome(n).checks) EXPECT_EQ(c.passed, c.name != "batch") << n << ": " << c.name;
+    for (const auto& c : outcome(n).checks) EXPECT_EQ(c.ok(), c.name != "batch") << n << ": " << c.name;
+  // Every cell of the matrix is a verdict: no check erred on any of these faults.
+  for (const auto& f : rep.faults) EXPECT_TRUE(f.errors().empty()) << f.fault << ": " << f.errors().front();
   EXPECT_TRUE(outcome("loop-no-reset").caught_by("reset"));
   EXPECT_FALSE(outcome("loop-no-reset").caught_by("tokens"));
 }
@@ -263,7 +266,7 @@ TEST(Concurrency, ThreadsRunningChecksOnTheirOwnModelsGiveWhatEachGivesAlone) {
     const auto ref = build_reference(model, o);
     const auto r = check_equivalence(model, o, ref, cache_registry().get(cache));
     Outcome out{r.produced, {}};
-    for (const auto& c : r.checks) out.lines.push_back(c.name + (c.passed ? " PASS " : " FAIL ") + c.detail);
+    for (const auto& c : r.checks) out.lines.push_back(c.name + " " + to_string(c.status) + " " + c.detail);
     return out;
   };
   const std::vector<std::pair<uint64_t, std::string>> jobs = {{21, "static"}, {22, "rolling"}, {23, "rope-offset"}, {24, "rows-mixed"}};
@@ -291,6 +294,169 @@ TEST(Concurrency, ThreadsRunningChecksOnTheirOwnModelsGiveWhatEachGivesAlone) {
   EXPECT_NE(alone[2].lines, alone[0].lines);
 }
 
+// A cache that throws on its first decode step: the fault "crashes the run".
+class ThrowsOnDecode final : public KVCache {
+ public:
+  explicit ThrowsOnDecode(const Config& c) : inner_(c) {}
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v) override {
+    if (k.size(2) == 1) throw std::runtime_error("planted: this cache cannot decode");
+    return inner_.update(layer, k, v);
+  }
+  void reset() override { inner_.reset(); }
+  int64_t length() const override { return inner_.length(); }
+  int64_t bytes() const override { return inner_.bytes(); }
+
+ private:
+  RollingKVCache inner_;
+};
+
+// A fault whose variant throws is an error in every check it reaches, never a detection: the
+// matrix fails it as missed, and says the checks erred.
+TEST_F(Harness, AFaultThatThrowsIsAnErrorNotACatch) {
+  CacheVariant v;
+  v.name = "planted-throws";
+  v.description = "throws on the first decode step";
+  v.make_cache = [](const Config& c) { return std::make_unique<ThrowsOnDecode>(c); };
+  v.is_fault = true;
+  v.expected = {"logits"};
+  InjectionOptions io;
+  io.drift_tokens = 20;
+  io.fault_tokens = 40;
+  io.controls = {&cache_registry().get("rolling")};
+  const auto rep = run_injection(model, opts, {&v}, io);
+  ASSERT_EQ(rep.faults.size(), 1u);
+  const FaultOutcome& f = rep.faults[0];
+  EXPECT_FALSE(f.caught()) << "an exception is not a detection";
+  EXPECT_FALSE(f.caught_by("logits"));
+  EXPECT_EQ(f.missed_expected(), std::vector<std::string>{"logits"});
+  EXPECT_FALSE(rep.faults_passed());
+  EXPECT_EQ(f.errors().size(), f.checks.size()) << "every check reached the throwing decode step";
+  for (const auto& c : f.checks) {
+    EXPECT_EQ(c.status, Status::Error) << c.name;
+    EXPECT_NE(c.detail.find("error: "), std::string::npos) << c.name << ": " << c.detail;
+  }
+  EXPECT_NE(f.checks[0].detail.find("planted: this cache cannot decode"), std::string::npos) << f.checks[0].detail;
+  EXPECT_NE(f.checks[1].detail.find("see tokens"), std::string::npos) << "later checks name the run that failed: " << f.checks[1].detail;
+  const std::string text = format_injection(rep);
+  EXPECT_NE(text.find("ERROR"), std::string::npos) << text;
+  EXPECT_NE(text.find("errors are not detections"), std::string::npos) << text;
+  // The JSON says it as well.
+  const auto j = to_json(rep);
+  EXPECT_FALSE(j["faults"][0]["caught"].get<bool>());
+  EXPECT_EQ(j["faults"][0]["errors"].size(), f.checks.size());
+}
+
+// The self check (a target against its own prefill) passes the correct caches and fails cache and
+// positioning bugs: the seed's check done inside the target.
+TEST_F(Harness, SelfPassesTheCachesAndFailsCacheBugs) {
+  EquivalenceOptions o = opts;
+  o.tokens = 40;
+  o.self_stride = 3;
+  for (const char* name : {"rolling", "static"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, o, t, {"self"});
+    ASSERT_EQ(r.checks.size(), 1u);
+    EXPECT_EQ(r.checks[0].status, Status::Pass) << name << ": " << r.checks[0].detail;
+    EXPECT_LT(*r.checks[0].figure, 1e-5) << name;
+  }
+  for (const char* name : {"rope-offset", "topleft-mask", "decode-pos-off-by-one", "stale-cache"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, o, t, {"self"});
+    EXPECT_EQ(r.checks[0].status, Status::Fail) << name << ": " << r.checks[0].detail;
+    EXPECT_NE(r.checks[0].detail.find("own prefill"), std::string::npos) << r.checks[0].detail;
+  }
+  // A bug both paths share (keys and values swapped in the prefill too) is consistent with itself:
+  // self passes it, and the reference checks fail it. Self judges the cache, never the model.
+  ModelTarget swapped(model, cache_registry().get("kv-swapped"));
+  const auto r = run_checks(model, o, swapped, {"self", "logits"});
+  EXPECT_EQ(r.checks[0].status, Status::Pass) << r.checks[0].detail;
+  EXPECT_EQ(r.checks[1].status, Status::Fail) << r.checks[1].detail;
+}
+
+// Every reference comparison carries its precision statistics, and --max-kl judges by them: a fault
+// whose logits move by ~0.5 fails at 1e-4 and passes a generous KL bound, saying which bound judged it.
+TEST_F(Harness, PrecisionStatisticsAreReportedAndCanJudge) {
+  ModelTarget clean(model, cache_registry().get("static"));
+  const auto ok = run_checks(model, opts, clean, {"logits"});
+  const CheckResult& row = ok.checks[0];
+  EXPECT_EQ(row.status, Status::Pass);
+  for (const char* k : {"max_abs_diff", "top1_agreement", "kl_mean", "kl_max"}) EXPECT_TRUE(row.stats.count(k)) << k;
+  EXPECT_EQ(row.stats.at("top1_agreement"), 1.0);
+  EXPECT_LT(row.stats.at("kl_max"), 1e-9);
+  EXPECT_EQ(row.bound, "max |diff| <= 1.00e-04");
+
+  ModelTarget off(model, cache_registry().get("decode-pos-off-by-one"));
+  const auto strict = run_checks(model, opts, off, {"logits"});
+  EXPECT_EQ(strict.checks[0].status, Status::Fail);
+  const double kl = strict.checks[0].stats.at("kl_mean");
+  EXPECT_GT(kl, 0.0);
+  EquivalenceOptions lenient = opts;
+  lenient.tolerance.max_kl = kl * 2;
+  ModelTarget off2(model, cache_registry().get("decode-pos-off-by-one"));
+  const auto judged = run_checks(model, lenient, off2, {"logits"});
+  EXPECT_EQ(judged.checks[0].status, Status::Pass) << judged.checks[0].detail;
+  EXPECT_EQ(judged.checks[0].bound, "mean KL <= " + sci(kl * 2));
+  lenient.tolerance.max_kl = kl / 2;
+  ModelTarget off3(model, cache_registry().get("decode-pos-off-by-one"));
+  EXPECT_EQ(run_checks(model, lenient, off3, {"logits"}).checks[0].status, Status::Fail);
+}
+
+// The check table: every check written once, named once; conform and equivalence run its rows.
+TEST(CheckTable, NamesAreUniqueAndTheModelChecksRunInOrder) {
+  const auto names = check_names();
+  std::set<std::string> unique(names.begin(), names.end());
+  EXPECT_EQ(unique.size(), names.size());
+  ASSERT_GE(model_checks().size(), kChecks.size());
+  for (size_t i = 0; i < kChecks.size(); ++i) EXPECT_EQ(model_checks()[i].name, kChecks[i]);
+  for (const auto& c : model_checks()) EXPECT_FALSE(c.proves.empty()) << c.name;
+  EXPECT_GT(sampler_checks().size(), 10u);
+  for (const auto& c : sampler_checks()) EXPECT_EQ(c.name.rfind("sampler/", 0), 0u) << c.name;
+  EXPECT_EQ(&find_check("batch"), &model_checks()[7]);
+  EXPECT_THROW(find_check("nope"), std::invalid_argument);
+}
+
+// Inside a check, CheckFailure means "the target is wrong" (fail); anything else is an error.
+TEST_F(Harness, ACheckFailsOnCheckFailureAndErrsOnAnythingElse) {
+  ModelTarget target(model, cache_registry().get("rolling"));
+  EquivalenceResult out;
+  CheckContext ctx(model, opts, target, out);
+  const CheckResult fail = run_check({"planted-fail", "", [](CheckContext&, CheckResult&) { throw CheckFailure("wrong shape"); }}, ctx);
+  EXPECT_EQ(fail.status, Status::Fail);
+  EXPECT_EQ(fail.detail, "wrong shape");
+  const CheckResult err = run_check({"planted-error", "", [](CheckContext&, CheckResult&) { throw std::runtime_error("gone\nbacktrace"); }}, ctx);
+  EXPECT_EQ(err.status, Status::Error);
+  EXPECT_EQ(err.detail, "error: gone") << "the first line only";
+  EXPECT_FALSE(err.ok());
+}
+
+// The printers agree on the four verdicts.
+TEST(Results, EveryPrinterShowsTheFourVerdicts) {
+  std::vector<CheckResult> rows(4);
+  const Status st[] = {Status::Pass, Status::Fail, Status::Error, Status::Skipped};
+  for (int i = 0; i < 4; ++i) rows[i].name = std::string("c") + std::to_string(i), rows[i].status = st[i], rows[i].detail = "d & <" + std::to_string(i) + ">";
+  EXPECT_FALSE(all_ok(rows));
+  EXPECT_EQ(worst(rows), Status::Error);
+  EXPECT_EQ(worst({rows[0], rows[3]}), Status::Pass);
+  EXPECT_EQ(worst({rows[3]}), Status::Skipped);
+  EXPECT_TRUE(all_ok({rows[0], rows[3]})) << "skipped is not a failure";
+  const std::string table = format_table(rows, "verify");
+  for (const char* v : {"PASS", "FAIL", "ERROR", "SKIP"}) EXPECT_NE(table.find(v), std::string::npos) << v;
+  EXPECT_NE(table.find("verify: FAILED (1 failed, 1 errors of 4 checks)"), std::string::npos) << table;
+  const auto j = to_json(rows);
+  EXPECT_FALSE(j["passed"].get<bool>());
+  EXPECT_EQ(j["counts"]["error"], 1);
+  EXPECT_EQ(j["checks"][2]["status"], "error");
+  EXPECT_EQ(j["checks"][3]["passed"], true);
+  const std::string x = junit_xml(rows, "tinygpt.verify");
+  EXPECT_NE(x.find("failures=\"1\" errors=\"1\" skipped=\"1\""), std::string::npos) << x;
+  EXPECT_NE(x.find("<error message=\"d &amp; &lt;2&gt;\"/>"), std::string::npos) << x;
+  EXPECT_NE(x.find("<skipped message="), std::string::npos) << x;
+  const std::string md = markdown_table(rows);
+  EXPECT_NE(md.find("| c2 | **ERROR** |"), std::string::npos) << md;
+  EXPECT_EQ(status_from_string("skipped"), Status::Skipped);
+  EXPECT_THROW(status_from_string("maybe"), std::invalid_argument);
+}
+
 TEST(CacheRegistry, ACacheRegisteredAtRunTimeJoinsTheChecks) {
   register_cache("test-rolling-copy", "the rolling cache under another name",
                  [](const Config& c) { return std::make_unique<RollingKVCache>(c); });
@@ -299,7 +465,7 @@ TEST(CacheRegistry, ACacheRegisteredAtRunTimeJoinsTheChecks) {
   bool listed = false;
   for (const auto* v : cache_registry().all(false)) listed |= v->name == "test-rolling-copy";
   EXPECT_TRUE(listed);
-  EXPECT_EQ(cache_registry().get("test-rolling-copy").path().kernels, Kernels::Library);
+  EXPECT_EQ(cache_registry().get("test-rolling-copy").decoder(small_config()).path.kernels, Kernels::Library);
 }
 
 TEST(CacheRegistry, UnknownNameListsTheKnownOnes) {

@@ -54,17 +54,16 @@ int main() {
   std::printf("%-12s %5s %18s %14s\n", "cache", "batch", "kernels per step", "us per step");
   for (const auto* v : checks::cache_registry().all(false))
     for (int64_t B : {1, 16}) {
-      auto cache = v->make_cache(fx.model->config());
-      const DecodePath path = v->path();
+      checks::Decoder d = v->decoder(fx.model->config());
       const at::Tensor prompt = at::randint(0, 4096, {B, 8}, at::TensorOptions().dtype(at::kLong).device(dev));
-      fx.model->step(prompt, *cache, 0, *path.policy, path.kernels);
+      decode_step(*fx.model, prompt, *d.cache, 0, d.path);
       const at::Tensor tok = at::ones({B, 1}, prompt.options());
       int64_t pos = 8;
-      for (int i = 0; i < 5; ++i) fx.model->step(tok, *cache, pos++, *path.policy, path.kernels);  // warm (and capture)
-      const int64_t kernels = count_kernels([&] { fx.model->step(tok, *cache, pos++, *path.policy, path.kernels); });
+      for (int i = 0; i < 5; ++i) decode_step(*fx.model, tok, *d.cache, pos++, d.path);  // warm (and capture)
+      const int64_t kernels = count_kernels([&] { decode_step(*fx.model, tok, *d.cache, pos++, d.path); });
       torch::cuda::synchronize();
       const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < 200; ++i) fx.model->step(tok, *cache, pos++, *path.policy, path.kernels);
+      for (int i = 0; i < 200; ++i) decode_step(*fx.model, tok, *d.cache, pos++, d.path);
       torch::cuda::synchronize();
       const double us = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 200 * 1e6;
       std::printf("%-12s %5lld %18lld %14.1f\n", v->name.c_str(), static_cast<long long>(B), static_cast<long long>(kernels), us);

@@ -5,12 +5,13 @@
 #include <torch/cuda.h>
 
 #include "cross_device.h"
-#include "tinygpt/checks/equivalence.h"
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/data.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/inject.h"
-#include "tinygpt/checks/data.h"
 #include "tinygpt/generate.h"
-#include "tinygpt/graph_kv_cache.h"
+#include "tinygpt/graph_step.h"
+#include "tinygpt/ring_kv_cache.h"
 
 namespace tinygpt::checks {
 namespace {
@@ -36,7 +37,9 @@ TEST(Cuda, CpuAndCudaAgreeByNormalisedSquaredError) {
 TEST(Cuda, EveryProductionCachePassesEveryCheckOnTheFixture) {
   SKIP_WITHOUT_CUDA();
   Fixture fx = fixture(kCuda);
-  EquivalenceOptions opts{at::tensor({1, 2, 3}, at::kLong).unsqueeze(0).to(kCuda), 320};
+  EquivalenceOptions opts;
+  opts.prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0).to(kCuda);
+  opts.tokens = 320;
   const auto ref = build_reference(fx.model, opts);
   bool saw_graph = false;
   for (const auto* v : cache_registry().all(false)) {
@@ -57,7 +60,9 @@ TEST(Cuda, EveryFaultIsCaughtOnTheGpu) {
   GPT model(c, 11);
   model->to(kCuda);
   model->eval();
-  EquivalenceOptions opts{at::tensor({1, 2, 3}, at::kLong).unsqueeze(0).to(kCuda), 80};
+  EquivalenceOptions opts;
+  opts.prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0).to(kCuda);
+  opts.tokens = 80;
   const auto rep = run_injection(model, opts, cache_registry().all(true));
   EXPECT_TRUE(rep.passed()) << format_injection(rep);
 }
@@ -70,21 +75,22 @@ TEST(Cuda, GraphReplayEqualsTheRollingCacheAndCapturesOncePerBatch) {
   at::NoGradGuard no_grad;
   const at::Tensor prompt = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({2, 3}).to(kCuda);
   RollingKVCache rolling(fx.model->config());
-  std::vector<at::Tensor> want;
-  at::Tensor seq = generate_cached(fx.model, prompt, 600, greedy(), rolling, {}, [&](int64_t, const at::Tensor& l) { want.push_back(l.clone()); });
-  GraphKVCache graph(fx.model->config());
-  double worst = (fx.model->step(prompt, graph, 0, production_policy(), Kernels::CudaGraph) - want[0]).abs().max().item<double>();
+  Recorder want;
+  at::Tensor seq = generate_cached(fx.model, prompt, 600, greedy(), rolling, {}, want.observer());
+  RingKVCache ring(fx.model->config());
+  GraphStep graph(ring);
+  double worst = (graph(*fx.model, prompt, ring, 0, Kernels::Library) - want.steps()[0]).abs().max().item<double>();
   for (int64_t i = 1; i < 600; ++i) {
-    at::Tensor got = fx.model->step(seq.narrow(1, 3 + i - 1, 1), graph, 3 + i - 1, production_policy(), Kernels::CudaGraph);
-    worst = std::max(worst, (got - want[i]).abs().max().item<double>());
+    at::Tensor got = graph(*fx.model, seq.narrow(1, 3 + i - 1, 1), ring, 3 + i - 1, Kernels::Library);
+    worst = std::max(worst, (got - want.steps()[i]).abs().max().item<double>());
   }
   EXPECT_LT(worst, 1e-4);
   EXPECT_EQ(graph.captures(), 1);
   DecodePath replay;
-  replay.kernels = Kernels::CudaGraph;
-  generate_cached(fx.model, prompt, 10, greedy(), graph, replay);
+  replay.step = &graph;
+  generate_cached(fx.model, prompt, 10, greedy(), ring, replay);
   EXPECT_EQ(graph.captures(), 1) << "a new sequence of the same batch replays the same graph";
-  generate_cached(fx.model, prompt.narrow(0, 0, 1), 10, greedy(), graph, replay);
+  generate_cached(fx.model, prompt.narrow(0, 0, 1), 10, greedy(), ring, replay);
   EXPECT_EQ(graph.captures(), 2) << "another batch size captures anew";
 }
 
@@ -93,7 +99,7 @@ TEST(Cuda, GoldensHoldOnTheGpu) {
   Fixture fx = fixture(kCuda);
   for (const auto* v : cache_registry().all(false))
     for (const auto& g : verify_goldens(fx, kCuda, v->name == "rolling" ? nullptr : v))
-      EXPECT_TRUE(g.passed) << g.name << ": " << g.detail;
+      EXPECT_TRUE(g.ok()) << g.name << ": " << g.detail;
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/generate.h"
-#include "tinygpt/graph_kv_cache.h"
+#include "tinygpt/graph_step.h"
+#include "tinygpt/ring_kv_cache.h"
 #include "tinygpt/static_kv_cache.h"
 
 #include <torch/cuda.h>
@@ -155,12 +156,12 @@ TEST_F(Generate, DecodeKernelsAgreeWithTheLibrary) {
   EXPECT_GT(d, 0.0) << "the decode kernels sum in another order: identical logits would mean they never ran";
 }
 
-// The ring behind the CUDA graph path, run eagerly: the rolling cache's keys as a set (a decode
-// query has no mask, so order does not matter), past the window and after a reset.
+// The ring behind the CUDA graph step, through the reference step: the rolling cache's keys as a
+// set (a decode query has no mask, so order does not matter), past the window and after a reset.
 TEST_F(Generate, GraphRingRunsEagerlyAsTheRollingCache) {
   at::Tensor prompt = at::tensor({1, 2, 3, 9, 8, 7}, at::kLong).view({2, 3});
   RollingKVCache rolling(cfg);
-  GraphKVCache ring(cfg);
+  RingKVCache ring(cfg);
   std::vector<at::Tensor> a, b;
   at::Tensor x = generate_cached(model, prompt, 300, greedy(), rolling, {}, [&](int64_t, const at::Tensor& l) { a.push_back(l.clone()); });
   at::Tensor y = generate_cached(model, prompt, 300, greedy(), ring, {}, [&](int64_t, const at::Tensor& l) { b.push_back(l.clone()); });
@@ -175,8 +176,10 @@ TEST_F(Generate, GraphRingRunsEagerlyAsTheRollingCache) {
   ring.update(0, at::zeros({1, 4, 3, 64}), at::zeros({1, 4, 3, 64}));
   EXPECT_THROW(ring.update(0, at::zeros({1, 4, 2, 64}), at::zeros({1, 4, 2, 64})), std::invalid_argument)
       << "after the prefill, one token at a time";
-  if (!torch::cuda::is_available())
-    EXPECT_THROW(ring.decode(*model, at::zeros({1, 1}, at::kLong), 3), std::exception);
+  // The graph step takes only its own ring; on the CPU a decode step is the reference step.
+  GraphStep graph(ring);
+  RingKVCache other(cfg);
+  EXPECT_THROW(graph(*model, at::zeros({1, 1}, at::kLong), other, 3, Kernels::Library), std::logic_error);
 }
 
 // The function the CUDA graph captures, run eagerly on the CPU: the rolling cache's logits at every
@@ -186,16 +189,17 @@ TEST_F(Generate, TheGraphStepMatchesTheRollingCache) {
   RollingKVCache rolling(cfg);
   std::vector<at::Tensor> want;
   at::Tensor seq = generate_cached(model, prompt, 600, greedy(), rolling, {}, [&](int64_t, const at::Tensor& l) { want.push_back(l.clone()); });
-  GraphKVCache ring(cfg);
-  double worst = (model->step(prompt, ring, 0) - want[0]).abs().max().item<double>();
+  RingKVCache ring(cfg);
+  GraphStep graph(ring);
+  double worst = (graph(*model, prompt, ring, 0, Kernels::Library) - want[0]).abs().max().item<double>();
   for (int64_t i = 1; i < 600; ++i) {
-    at::Tensor got = ring.decode_eager(*model, seq.narrow(1, 3 + i - 1, 1), 3 + i - 1);  // (2, V)
+    at::Tensor got = graph.eager(*model, seq.narrow(1, 3 + i - 1, 1), 3 + i - 1);  // (2, V)
     worst = std::max(worst, (got - want[i]).abs().max().item<double>());
   }
   EXPECT_LT(worst, 1e-4);
   EXPECT_EQ(ring.length(), cfg.context);
-  EXPECT_EQ(ring.captures(), 0) << "no graph on the CPU";
-  EXPECT_THROW(ring.decode_eager(*model, at::ones({3, 1}, at::kLong), 700), std::logic_error) << "another batch needs a prefill";
+  EXPECT_EQ(graph.captures(), 0) << "no graph on the CPU";
+  EXPECT_THROW(graph.eager(*model, at::ones({3, 1}, at::kLong), 700), std::logic_error) << "another batch needs a prefill";
 }
 
 // A schedule that records what the loop asks it: the loop's bookkeeping goes through the seam.

@@ -85,19 +85,6 @@ TEST(Matvec, RejectsBadShapes) {
   EXPECT_THROW(matvec(randn({2, 8}, 1).to(at::kDouble), randn({4, 8}, 1), {}), std::invalid_argument);
 }
 
-// The bench's read pass: every element once, on one thread or two, chunk tails included.
-TEST(ReadPass, SumsEveryElementOnAnyThreadCount) {
-  const int threads = at::get_num_threads();
-  const at::Tensor buf = randn({3 * 16384 + 37}, 30).abs();
-  const double want = buf.to(at::kDouble).sum().item<double>();
-  for (int t : {1, 2}) {
-    at::set_num_threads(t);
-    EXPECT_NEAR(read_pass(buf), want, 1e-5 * want) << t << " threads";
-  }
-  at::set_num_threads(threads);
-  EXPECT_THROW(read_pass(buf.to(at::kDouble)), std::invalid_argument);
-}
-
 TEST(DecodeLayerNorm, EqualsLibTorch) {
   at::Tensor x = randn({3, 1, 256}, 10) * 4 + 1, w = randn({256}, 11), b = randn({256}, 12);
   EXPECT_LT(max_diff(layer_norm(x, w, b, 1e-5, Kernels::Decode), at::layer_norm(x, {256}, w, b, 1e-5)), 1e-5);

@@ -15,6 +15,9 @@ namespace tinygpt {
 // std::runtime_error naming `path`; the temporary file is removed on any failure.
 void write_atomically(const std::string& path, const std::function<void(std::ostream&)>& body);
 
+// The one text writer: `text` to `path`, atomically.
+void write_text_atomically(const std::string& path, const std::string& text);
+
 // For writers that open the file themselves: fill(temporary_path), then rename onto `path`.
 void write_atomically_via(const std::string& path, const std::function<void(const std::string&)>& fill);
 

@@ -38,7 +38,13 @@ Checkpoint read_torch_checkpoint(const std::string& path);
 void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                   std::vector<std::string>* notes = nullptr);
 
-// read_torch_checkpoint + a model of its config + load_weights, moved to `device`, eval mode.
+// A model of `ck`'s config holding its weights (load_weights), on `device`, in eval mode. A weight
+// problem is an InputError naming `path`, the file `ck` was read from.
+GPT model_from_checkpoint(const Checkpoint& ck, c10::Device device, const std::string& path,
+                          std::vector<std::string>* notes = nullptr);
+
+// The one loader for every checkpoint format: the series' .pt or a .safetensors file (told apart
+// by content, read_any_checkpoint), then model_from_checkpoint.
 GPT load_checkpoint(const std::string& path, c10::Device device, std::vector<std::string>* notes = nullptr);
 
 }  // namespace tinygpt

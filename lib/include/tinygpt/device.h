@@ -16,6 +16,9 @@ int available_cores();
 // LibTorch's version as its headers state it ("1.13.0" for Debian's 1.13.1 package), for provenance.
 std::string libtorch_version();
 
+// The CPU model from /proc/cpuinfo, or "unknown" (provenance: BLAS kernels round differently by CPU).
+std::string cpu_model();
+
 // Sets LibTorch's intra-op threads; n must be >= 1 (throws std::invalid_argument otherwise).
 void set_threads(int n);
 

@@ -7,8 +7,10 @@
 #include <ATen/core/Tensor.h>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "tinygpt/attention_policy.h"
+#include "tinygpt/decode_step.h"
 #include "tinygpt/decode_schedule.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/kv_cache.h"
@@ -26,11 +28,26 @@ TokenChooser greedy();
 // from 0; may be empty. The tensor is only valid during the call: clone it to keep it.
 using StepObserver = std::function<void(int64_t step, const at::Tensor& logits)>;
 
+// The one recording observer: keeps a copy of every step's logits.
+class Recorder {
+ public:
+  void operator()(int64_t step, const at::Tensor& logits);
+  // An observer that records into this recorder (which must outlive the loop).
+  StepObserver observer();
+  // (B, n, V): the steps recorded so far, stacked on dim 1.
+  at::Tensor stacked() const;
+  const std::vector<at::Tensor>& steps() const { return steps_; }
+
+ private:
+  std::vector<at::Tensor> steps_;
+};
+
 // How the cached loop runs. Every member has the production default.
 struct DecodePath {
   const AttentionPolicy* policy = &production_policy();
   const DecodeSchedule* schedule = &production_schedule();
   Kernels kernels = Kernels::Library;
+  StepFunction* step = nullptr;  // a fast variant of the step (decode_step.h); null: the model's own
 };
 
 // Runs the full model over the last `context` tokens for every new token.

@@ -52,7 +52,11 @@ class BlockImpl : public torch::nn::Module {
 
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   Attention attn{nullptr};
-  torch::nn::Sequential mlp{nullptr};  // 0: Linear(d, 4d), 1: GELU, 2: Linear(4d, d)
+  // The state dict names the MLP's layers by position (mlp.0, mlp.2; 1 is the GELU), so they stay
+  // in a Sequential; `up` and `down` are the same two modules by name.
+  torch::nn::Sequential mlp{nullptr};
+  torch::nn::Linear up{nullptr};    // mlp.0: weight (4d, d), bias (4d)
+  torch::nn::Linear down{nullptr};  // mlp.2: weight (d, 4d), bias (d)
 };
 TORCH_MODULE(Block);
 
@@ -72,9 +76,10 @@ class GPTImpl : public torch::nn::Module {
   // semantics computed without a cache.
   at::Tensor forward_with(const at::Tensor& idx, const AttentionPolicy& policy);
 
-  // Cached step: feeds idx (B, T) at positions start .. start+T-1 through the cache and
-  // returns the last position's logits (B, V). `kernels` picks the weight-product and decode-attention code; the
-  // full forwards above always use LibTorch's, so they stay the reference.
+  // Cached step: feeds idx (B, T) at positions start .. start+T-1 through the cache and returns the
+  // last position's logits (B, V): the reference step (decode_step.h for other implementations).
+  // `kernels` picks the weight-product and decode-attention code; the full forwards above always
+  // use LibTorch's, so they stay the reference.
   at::Tensor step(const at::Tensor& idx, KVCache& cache, int64_t start,
                   const AttentionPolicy& policy = production_policy(),
                   Kernels kernels = Kernels::Library);

@@ -21,9 +21,8 @@
 namespace tinygpt {
 
 enum class Kernels {
-  Library,    // LibTorch ops everywhere (BLAS for products and attention): the series' arithmetic
-  Decode,     // our kernels for CPU float32 decode shapes; LibTorch for everything else
-  CudaGraph,  // LibTorch ops; on CUDA a decode step into a GraphKVCache replays a captured graph
+  Library,  // LibTorch ops everywhere (BLAS for products and attention): the series' arithmetic
+  Decode,   // our kernels for CPU float32 decode shapes; LibTorch for everything else
 };
 
 // Up to this many rows (B x T) the matvec kernel beat OpenBLAS on the dev machine (B = 16: ~85
@@ -51,8 +50,5 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
 at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
 // q (B, H, 1, hd), K and V (B, H, S, hd), float32 CPU with the last dim contiguous -> (B, H, 1, hd).
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V);
-// One read of a contiguous float32 CPU tensor, split over the intra-op threads, returning its sum
-// (so the read cannot be optimised away): how fast this machine streams memory, for the bench's bound.
-float read_pass(const at::Tensor& buf);
 
 }  // namespace tinygpt

@@ -10,6 +10,7 @@
 #include <c10/util/Optional.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "tinygpt/generate.h"
@@ -51,6 +52,25 @@ at::Tensor draw(const at::Tensor& scores, const c10::optional<at::Generator>& ge
 // A generator of its own for `device`, seeded with `seed`: its draws equal those of the default
 // generator after manual_seed(seed) (CPU: the same Mersenne twister; CUDA: the same Philox stream).
 at::Generator make_generator(c10::Device device, uint64_t seed);
+
+// The pipeline of SPEC 6 as data: each stage is one member, so a test can replace exactly one of
+// them (the property suite's planted bugs do) and keep the order and every other stage. The
+// production sampler below is production_stages().
+struct SamplerStages {
+  std::function<at::Tensor(const at::Tensor& scores, const at::Tensor& history, double penalty)> penalty = apply_penalty;
+  std::function<at::Tensor(const at::Tensor& scores, double temperature)> temperature = apply_temperature;
+  std::function<at::Tensor(const at::Tensor& scores, int64_t k)> top_k = apply_top_k;
+  std::function<at::Tensor(const at::Tensor& scores, double top_p)> top_p = apply_top_p;
+  // Temperature 0: the first index of the largest score, per row, (B, V) -> (B).
+  std::function<at::Tensor(const at::Tensor& scores)> argmax = [](const at::Tensor& x) { return x.argmax(-1); };
+
+  // Stages 1 and 3-4 with the temperature of stage 2 (> 0): the scores `draw` uses, (B, V).
+  at::Tensor filtered(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) const;
+  // The whole sampler: (B) ids; temperature 0 is argmax after the penalty.
+  at::Tensor pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s,
+                  const c10::optional<at::Generator>& gen = c10::nullopt) const;
+};
+const SamplerStages& production_stages();
 
 // Stages 1 and 3-4 with the temperature of stage 2 (which must be > 0): the scores `draw` uses.
 at::Tensor filtered_scores(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);

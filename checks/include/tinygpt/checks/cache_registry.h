@@ -1,7 +1,7 @@
 // Cache implementations by name. Every decode path the harness verifies, production or fault, is
-// a variant here: a KV cache factory plus the attention policy, loop schedule and product kernel
-// its decode steps use. Variants are registered at run time, so a user's cache joins every check
-// (`tinygpt verify` included) without editing this repository.
+// a variant here: a KV cache factory plus the attention policy, loop schedule, product kernels and
+// (optionally) the step implementation its decode steps use. Variants are registered at run time,
+// so a user's cache joins every check (`tinygpt verify` included) without editing this repository.
 #pragma once
 
 #include <functional>
@@ -12,6 +12,7 @@
 
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/config.h"
+#include "tinygpt/decode_step.h"
 #include "tinygpt/decode_schedule.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/kv_cache.h"
@@ -20,11 +21,22 @@
 namespace tinygpt::checks {
 
 using CacheFactory = std::function<std::unique_ptr<KVCache>(const Config&)>;
+// A step implementation bound to the cache it was made for (see tinygpt/decode_step.h).
+using StepFactory = std::function<std::unique_ptr<StepFunction>(KVCache&)>;
+
+// What one run decodes with: a cache of its own, the step implementation bound to it (if any),
+// and the path generate_cached takes (pointers into the variant and into `step`).
+struct Decoder {
+  std::unique_ptr<KVCache> cache;
+  std::unique_ptr<StepFunction> step;
+  DecodePath path;
+};
 
 struct CacheVariant {
   std::string name;
   std::string description;  // for a fault: the real bug it models
   CacheFactory make_cache;
+  StepFactory make_step;                            // null: the model's reference step
   std::shared_ptr<const AttentionPolicy> policy;    // null: production
   std::shared_ptr<const DecodeSchedule> schedule;   // null: production
   Kernels kernels = Kernels::Library;
@@ -33,13 +45,14 @@ struct CacheVariant {
   // matrix fails when one of them misses it.
   std::vector<std::string> expected;
 
-  // The decode path generate_cached runs for this variant (valid while the variant lives).
-  DecodePath path() const;
+  // A fresh cache and step for one run, and the path through them (valid while the variant lives).
+  Decoder decoder(const Config& cfg) const;
 };
 
 class CacheRegistry {
  public:
-  // Throws std::invalid_argument on an empty or duplicate name, or a missing factory.
+  // Throws std::invalid_argument on an empty or duplicate name, a missing factory, or a step
+  // implementation combined with an attention policy (a fast step implements the production one).
   void add(CacheVariant v);
   // Throws std::invalid_argument listing the known names when `name` is unknown.
   const CacheVariant& get(const std::string& name) const;
@@ -53,8 +66,8 @@ class CacheRegistry {
 };
 
 // The process-wide registry: "rolling" (the series' cache and arithmetic), "static" (the
-// preallocated cache with the decode kernels), "cuda-graph" (a ring replayed as a CUDA graph) where
-// LibTorch sees a GPU, and every fault of faults.h. Thread-safe.
+// preallocated cache with the decode kernels), "cuda-graph" (a ring whose decode steps replay a CUDA
+// graph) where LibTorch sees a GPU, and every fault of faults.h. Thread-safe.
 CacheRegistry& cache_registry();
 
 // Registers a production cache of the user's: it then runs through every check like ours, with

@@ -12,6 +12,10 @@ namespace tinygpt::checks {
 // Throws std::runtime_error naming every place tried.
 std::string data_dir();
 
+// The engine adapters and the ONNX export script: $TINYGPT_ENGINES_DIR; <program folder>/../share/tinygpt/
+// engines; the source tree's engines/. Throws std::runtime_error naming every place tried.
+std::string engines_dir();
+
 // A folder to try before the source tree (the conformance kit passes the installed package's).
 void set_data_dir_hint(const std::string& dir);
 

@@ -12,7 +12,8 @@
 #include <vector>
 
 #include "tinygpt/checks/cache_registry.h"
-#include "tinygpt/checks/equivalence.h"
+#include "tinygpt/checks/reference.h"
+#include "tinygpt/checks/result.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/tokenizer.h"
 
@@ -53,13 +54,6 @@ Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer
 // record it, so goldens are never compared against another model.
 std::string model_digest(GPT& model);
 
-struct GoldenCaseResult {
-  std::string name;  // e.g. "sample-grid/top-p 0.9"
-  bool passed = true;
-  std::string detail;  // first mismatch (position, expected, actual, text around) or the figure
-  double worst_logit_diff = 0;
-};
-
 // Every golden file's JSON, freshly computed (file name -> document). With `variant`, only the
 // cached cases, through that cache (the files are recorded through the series' rolling cache).
 // `uncached`, when given, is an equivalence reference of the same greedy run (ids [1, 2, 3], 600
@@ -68,8 +62,9 @@ std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx,
                                                                    const CacheVariant* variant = nullptr,
                                                                    const Reference* uncached = nullptr);
 // Compares the files in fx.dir with a fresh computation (through `variant` when given: its case
-// names then end in " [name]").
-std::vector<GoldenCaseResult> verify_goldens(Fixture& fx, c10::Device device, const CacheVariant* variant = nullptr,
+// names then end in " [name]"). One row per case, e.g. "sample-grid/top-p 0.9": the first mismatch
+// (position, expected, actual, text around) or the figure; the largest logit difference as its value.
+std::vector<CheckResult> verify_goldens(Fixture& fx, c10::Device device, const CacheVariant* variant = nullptr,
                                              const Reference* uncached = nullptr);
 // Rewrites the golden files atomically; returns one line per file saying what changed.
 std::vector<std::string> update_goldens(Fixture& fx, c10::Device device);

@@ -1,6 +1,8 @@
 // Fault injection: every fault variant runs through every check; the matrix says which check
 // caught which fault. The run fails when a fault is missed by every check, when a check a fault
-// names as expected misses it, or when a production variant (the negative controls) fails.
+// names as expected misses it, or when a production variant (the negative controls) fails. A check
+// that could not finish on a fault (its variant threw) is an error: shown in its own column and
+// never counted as catching it.
 #pragma once
 
 #include <cstdint>
@@ -9,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "tinygpt/checks/equivalence.h"
+#include "tinygpt/checks/check_suite.h"
 
 namespace tinygpt::checks {
 
 struct FaultOutcome {
   std::string fault, description;
   std::vector<std::string> expected;  // checks that must catch it
-  std::vector<SubCheck> checks;       // the equivalence sub-checks, passed == not caught
+  std::vector<CheckResult> checks;    // the model checks; status fail == caught
   // Identical new tokens before the fault's greedy output leaves the correct cached output
   // (the seed's measure, over drift_window tokens); nullopt when it never drifts.
   std::optional<int64_t> drift_after;
@@ -24,9 +26,10 @@ struct FaultOutcome {
   std::optional<int64_t> first_logit_position_over;  // production loop or teacher-forced, any reference
   double worst_logit_diff = 0;
   std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
-  bool caught() const;
-  bool caught_by(const std::string& check) const;
+  bool caught() const;                           // some check failed on it
+  bool caught_by(const std::string& check) const;  // that check's status is fail
   std::vector<std::string> missed_expected() const;
+  std::vector<std::string> errors() const;       // checks that could not finish on it
 };
 
 struct InjectionReport {

@@ -34,6 +34,7 @@ struct CacheCase {
   std::string name;
   checks::CacheFactory factory;
   Kernels kernels = Kernels::Library;
+  std::string registered;  // a variant of tinygpt's cache registry, by name (instead of `factory`)
   bool fixture = false;  // the shipped fixture, else untrained weights (seed 0)
   c10::Device device{c10::kCPU};
 };
@@ -46,6 +47,9 @@ class KVCacheConformance : public ::testing::TestWithParam<CacheCase> {};
 // The cache on {fixture, untrained} x {cpu, cuda}.
 std::vector<CacheCase> kv_cache_cases(const std::string& name, const checks::CacheFactory& factory,
                                       Kernels kernels = Kernels::Library);
+// A cache of tinygpt's registry by name (its factory, kernels and step function as registered); its
+// cases skip, saying so, where the name is not registered (cuda-graph registers only with CUDA).
+std::vector<CacheCase> registered_cache_cases(const std::string& registered);
 std::string kv_cache_case_name(const ::testing::TestParamInfo<CacheCase>& info);
 // Referenced by the macro so the linker keeps the suite's tests; also points the suite at the
 // installed package's data folder when the package recorded one.
@@ -58,10 +62,19 @@ bool kv_cache_suite_linked(const char* data_dir);
 #endif
 
 // Optional third argument: the tinygpt::Kernels its decode steps use (default Kernels::Library).
+// TINYGPT_REGISTERED_CACHE_CONFORMANCE(Name, "static") runs the kit on a cache of tinygpt's registry.
 #define TINYGPT_KV_CACHE_CONFORMANCE(Name, ...)                                                                   \
   [[maybe_unused]] static const bool tinygpt_kv_cache_suite_##Name =                                            \
       ::tinygpt::conformance::kv_cache_suite_linked(TINYGPT_INSTALLED_DATA_DIR);                                \
   using ::tinygpt::conformance::KVCacheConformance;                                                             \
   INSTANTIATE_TEST_SUITE_P(Name, KVCacheConformance,                                                            \
                            ::testing::ValuesIn(::tinygpt::conformance::kv_cache_cases(#Name, __VA_ARGS__)),     \
+                           ::tinygpt::conformance::kv_cache_case_name)
+
+#define TINYGPT_REGISTERED_CACHE_CONFORMANCE(Name, registered)                                                \
+  [[maybe_unused]] static const bool tinygpt_kv_cache_suite_##Name =                                            \
+      ::tinygpt::conformance::kv_cache_suite_linked(TINYGPT_INSTALLED_DATA_DIR);                                \
+  using ::tinygpt::conformance::KVCacheConformance;                                                             \
+  INSTANTIATE_TEST_SUITE_P(Name, KVCacheConformance,                                                            \
+                           ::testing::ValuesIn(::tinygpt::conformance::registered_cache_cases(registered)),     \
                            ::tinygpt::conformance::kv_cache_case_name)

@@ -24,6 +24,10 @@ struct SamplerUnderTest {
 };
 
 SamplerUnderTest production_sampler();
+// Each with exactly one stage wrong, as a real bug report had it; every one must be caught.
 std::vector<SamplerUnderTest> planted_bugs();
+// Samplers that differ from ours only where SPEC 6 leaves the choice open (the order among equal
+// scores at the nucleus boundary): every law and fixed check must pass them.
+std::vector<SamplerUnderTest> legal_variants();
 
 }  // namespace tinygpt::props

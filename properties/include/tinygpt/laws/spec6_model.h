@@ -29,8 +29,10 @@ std::vector<float> penalize(std::vector<float> s, const std::vector<int64_t>& hi
 std::vector<float> scale(std::vector<float> s, double temperature);
 // 3. Survivors of top-k: s >= the k-th largest score (ties with it survive). k = 0: all.
 std::vector<bool> top_k(const std::vector<float>& s, int64_t k);
-// 4. Fates under top-p: rank by score descending, ties by lower index first; p = softmax over the
-// top-k survivors; a token is dropped when the mass ranked above it is >= top_p. The top always stays.
+// 4. Fates under top-p: rank by score descending; p = softmax over the top-k survivors; a token is
+// dropped when the mass ranked above it is >= top_p. The top always stays. SPEC 6 leaves the order
+// among EQUAL scores open (the seed sorts with an unstable sort), so where the boundary falls inside
+// a group of tied tokens, every token of the group is Either: any order among them is allowed.
 std::vector<Fate> top_p(const std::vector<float>& s, const std::vector<bool>& alive, double top_p, double slack);
 
 // Stages 1-4: each token's fate (Dropped also for top-k's cut) and the scores after stage 2.
@@ -38,7 +40,11 @@ struct Filtered {
   std::vector<float> scores;
   std::vector<Fate> fate;
 };
-Filtered filter(const std::vector<float>& logits, const std::vector<int64_t>& history, const Settings& s, double slack);
+// With `ties_at_k_either`, every token tied with the k-th score is Either instead of Kept: the
+// generic laws then do not test top-k's tie rule (an engine that keeps exactly k tokens passes them),
+// which has fixed checks of its own, named for it.
+Filtered filter(const std::vector<float>& logits, const std::vector<int64_t>& history, const Settings& s, double slack,
+                bool ties_at_k_either = false);
 
 // 5. The distribution draws follow: softmax of `scores` over `support`, in double.
 std::vector<double> distribution(const std::vector<float>& scores, const std::vector<bool>& support);

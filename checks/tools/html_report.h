@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "report.h"
 #include "tinygpt/checks/inject.h"
+#include "tinygpt/checks/result.h"
 
 namespace tinygpt::checks {
 
 struct ReportInput {
   std::string command = "verify";      // what produced it: verify, inject, equivalence, conform
   std::string subject;                  // the model (and engine) checked
-  std::vector<VerifyRow> rows;          // the summary table
+  std::vector<CheckResult> rows;        // the summary table
   const InjectionReport* injection = nullptr;  // drift plots, detection matrix, mutation score
   const EquivalenceResult* single = nullptr;   // one cache's run (equivalence): its own plot
   nlohmann::json bench;                 // BenchReport::to_json(), or null
@@ -31,7 +31,5 @@ int64_t seed_drift(const std::string& fault);  // -1 when the seed gives none
 
 std::string render_html(const ReportInput& in);
 std::string render_markdown(const ReportInput& in);
-// Writes through a temporary file renamed into place.
-void write_text_atomically(const std::string& path, const std::string& text);
 
 }  // namespace tinygpt::checks

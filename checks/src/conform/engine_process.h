@@ -12,11 +12,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace tinygpt::cli {
+#include "tinygpt/checks/conform.h"
 
-struct EngineUnusable : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace tinygpt::checks {
 
 // Parses one response line: a JSON object with a boolean "ok", and a string "error" when ok is
 // false. Throws EngineUnusable naming the request otherwise. (Kept apart so it can be fuzzed.)
@@ -52,4 +50,4 @@ class EngineProcess {
   double sent_ = 0;
 };
 
-}  // namespace tinygpt::cli
+}  // namespace tinygpt::checks

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "tinygpt/checks/golden.h"
-#include "report.h"
+#include "tinygpt/checks/report.h"
 #include "tinygpt/atomic_file.h"
 #include "tinygpt/device.h"
 #include "tinygpt/errors.h"

@@ -23,14 +23,12 @@ struct Run {
 };
 
 Run greedy_run(GPT& model, const at::Tensor& prompt, int64_t n, const CacheVariant& v) {
-  std::vector<at::Tensor> steps;
-  auto cache = v.make_cache(model->config());
+  Recorder keep;
+  Decoder d = v.decoder(model->config());
   const c10::Device dev = model->emb->weight.device();
   Run r;
-  r.seq = generate_cached(model, prompt.to(dev), n, greedy(), *cache, v.path(),
-                          [&](int64_t, const at::Tensor& l) { steps.push_back(l[0].to(at::kCPU)); })
-              .to(at::kCPU);
-  r.logits = at::stack(steps);
+  r.seq = generate_cached(model, prompt.to(dev), n, greedy(), *d.cache, d.path, keep.observer()).to(at::kCPU);
+  r.logits = keep.stacked()[0].to(at::kCPU);  // (n, V)
   return r;
 }
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-namespace tinygpt::cli {
+namespace tinygpt::checks {
 
 namespace {
 std::string clip(const std::string& s, size_t n = 200) { return s.size() <= n ? s : s.substr(0, n) + "..."; }
@@ -150,4 +150,4 @@ bool EngineProcess::quit() {
   return false;
 }
 
-}  // namespace tinygpt::cli
+}  // namespace tinygpt::checks

@@ -17,9 +17,6 @@
 
 namespace tinygpt::checks {
 
-// The CPU model from /proc/cpuinfo, or "unknown".
-std::string cpu_model();
-
 struct MachineInfo {
   std::string cpu, libtorch, blas, device;
   int threads = 1;

@@ -16,6 +16,7 @@
 #include "tinygpt/generate.h"
 #include "tinygpt/kernels.h"
 #include "tinygpt/rope.h"
+#include "read_pass.h"
 
 namespace tinygpt::checks {
 
@@ -55,16 +56,6 @@ std::string human_bytes(int64_t b) {
 }
 
 }  // namespace
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      return c == std::string::npos ? line : line.substr(c + 2);
-    }
-  return "unknown";
-}
 
 std::vector<StepCost> run_step_costs(const Config& cfg, int64_t batch, int64_t prompt_len, int64_t tokens) {
   if (batch < 1 || prompt_len < 1 || tokens < 1) throw std::invalid_argument("run_step_costs: batch, prompt and tokens must be >= 1");
@@ -174,10 +165,10 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
     const at::Tensor prompt = at::randint(0, cfg.vocab_size, {batch, opts.prompt_len}, gen, at::kLong).to(dev);
     say("batch " + std::to_string(batch) + ": warm-up");
     if (opts.uncached) generate_uncached(model, prompt, opts.warmup, greedy());
-    std::vector<std::unique_ptr<KVCache>> caches;
+    std::vector<Decoder> decoders;
     for (const auto* v : variants) {
-      caches.push_back(v->make_cache(cfg));
-      generate_cached(model, prompt, opts.warmup, greedy(), *caches.back(), v->path());
+      decoders.push_back(v->decoder(cfg));
+      generate_cached(model, prompt, opts.warmup, greedy(), *decoders.back().cache, decoders.back().path);
     }
     for (int64_t n : opts.tokens) {
       double slow = 0;
@@ -188,7 +179,7 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
       const auto [read_bytes_s, bound_tok_s] = bound(batch, n);
       for (size_t i = 0; i < variants.size(); ++i) {
         say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: " + variants[i]->name);
-        const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *caches[i], variants[i]->path()); });
+        const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *decoders[i].cache, decoders[i].path); });
         BenchRow row{variants[i]->name, batch, n, 0, static_cast<double>(batch * n) / fast, 0};
         if (opts.uncached) {
           row.uncached_tok_s = static_cast<double>(batch * n) / slow;
@@ -202,10 +193,9 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
   }
   // What each cache holds once the window is full, at batch 1, against 2 x layers x tokens x d x 4.
   for (const auto* v : variants) {
-    auto cache = v->make_cache(cfg);
-    const DecodePath path = v->path();
-    model->step(at::zeros({1, cfg.context}, at::TensorOptions().dtype(at::kLong).device(dev)), *cache, 0, *path.policy, path.kernels);
-    rep.memory.push_back({v->name, cache->bytes(), cache->capacity_bytes(), 2 * cfg.n_layers * cfg.context * cfg.d_model * 4});
+    Decoder d = v->decoder(cfg);
+    decode_step(*model, at::zeros({1, cfg.context}, at::TensorOptions().dtype(at::kLong).device(dev)), *d.cache, 0, d.path);
+    rep.memory.push_back({v->name, d.cache->bytes(), d.cache->capacity_bytes(), 2 * cfg.n_layers * cfg.context * cfg.d_model * 4});
   }
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -274,7 +264,6 @@ std::string BenchReport::format() const {
 
 StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t context_fill, int64_t batch) {
   const CacheVariant& v = cache_registry().get(cache_name);
-  const DecodePath path = v.path();
   const Config& cfg = model->config();
   const c10::Device dev = model->emb->weight.device();
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(dev);
@@ -291,21 +280,20 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
     return seconds(dev, [&] { for (int64_t i = 0; i < reps; ++i) f(); }) / reps * 1e6;  // us per call of f
   };
   // The whole step on a cache filled to `context_fill`, positions growing as in generation.
-  auto cache = v.make_cache(cfg);
+  Decoder dec = v.decoder(cfg);
+  const DecodePath& path = dec.path;
   const at::Tensor tok = at::ones({B, 1}, at::TensorOptions().dtype(at::kLong).device(dev));
-  model->step(at::ones({B, context_fill}, tok.options()), *cache, 0, *path.policy, path.kernels);
+  decode_step(*model, at::ones({B, context_fill}, tok.options()), *dec.cache, 0, path);
   int64_t pos = context_fill;
-  p.step_us = timed([&] { model->step(tok, *cache, pos++, *path.policy, path.kernels); });
+  p.step_us = timed([&] { decode_step(*model, tok, *dec.cache, pos++, path); });
   // Each part with the step's shapes, summed over the layers.
   std::vector<std::tuple<at::Tensor, at::Tensor, at::Tensor>> products;  // (input, weight, bias)
   for (const auto& m : *model->blocks) {
     auto* b = m->as<BlockImpl>();
     products.emplace_back(at::randn({B, 1, d}, f32), b->attn->qkv->weight, at::Tensor());
     products.emplace_back(at::randn({B, 1, d}, f32), b->attn->out->weight, at::Tensor());
-    auto* up = b->mlp[0]->as<torch::nn::LinearImpl>();
-    auto* down = b->mlp[2]->as<torch::nn::LinearImpl>();
-    products.emplace_back(at::randn({B, 1, d}, f32), up->weight, up->bias);
-    products.emplace_back(at::randn({B, 1, 4 * d}, f32), down->weight, down->bias);
+    products.emplace_back(at::randn({B, 1, d}, f32), b->up->weight, b->up->bias);
+    products.emplace_back(at::randn({B, 1, 4 * d}, f32), b->down->weight, b->down->bias);
   }
   products.emplace_back(at::randn({B, d}, f32), model->emb->weight, at::Tensor());
   p.parts_us.emplace_back("weight products (4 per layer + head)", timed([&] {

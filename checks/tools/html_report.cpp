@@ -158,10 +158,23 @@ std::string bench_chart(const nlohmann::json& bench) {
 struct Tally {
   int failed = 0, total = 0;
 };
-Tally tally(const std::vector<VerifyRow>& rows) {
+Tally tally(const std::vector<CheckResult>& rows) {
   Tally t;
-  for (const auto& r : rows) t.failed += !r.passed, ++t.total;
+  for (const auto& r : rows) t.failed += !r.ok(), ++t.total;
   return t;
+}
+
+const char* verdict_word(Status s) {
+  return s == Status::Pass ? "PASS" : s == Status::Fail ? "FAIL" : s == Status::Error ? "ERROR" : "SKIP";
+}
+
+// "top-1 99.6%, KL 1.2e-07" for a row with precision statistics, else "".
+std::string precision(const CheckResult& r) {
+  if (!r.stats.count("top1_agreement")) return "";
+  char b[96];
+  std::snprintf(b, sizeof b, "top-1 %.1f%%, KL mean %.1e, max %.1e", 100 * r.stats.at("top1_agreement"),
+                r.stats.count("kl_mean") ? r.stats.at("kl_mean") : 0.0, r.stats.count("kl_max") ? r.stats.at("kl_max") : 0.0);
+  return b;
 }
 
 std::string verdict(const ReportInput& in) {
@@ -180,6 +193,8 @@ std::vector<std::string> matrix_checks(const InjectionReport& r) {
 std::string cell(const FaultOutcome& f, const std::string& check) {
   const bool expected = std::find(f.expected.begin(), f.expected.end(), check) != f.expected.end();
   if (f.caught_by(check)) return expected ? "caught*" : "caught";
+  const auto errors = f.errors();
+  if (std::find(errors.begin(), errors.end(), check) != errors.end()) return "error";
   return expected ? "MISSED*" : "-";
 }
 
@@ -193,10 +208,6 @@ int64_t seed_drift(const std::string& fault) {
   if (fault == "rope-offset") return 7;
   if (fault == "topleft-mask") return 3;
   return -1;
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  write_atomically(path, [&](std::ostream& o) { o << text; });
 }
 
 std::string render_html(const ReportInput& in) {
@@ -256,7 +267,7 @@ std::string render_html(const ReportInput& in) {
         s.push_back({f.fault, s.empty() ? 0 : s.front().first_position, f.step_diffs, kFaults[0]});
         std::string by;
         for (const auto& c : f.checks)
-          if (!c.passed) by += (by.empty() ? "" : ", ") + c.name;
+          if (c.failed()) by += (by.empty() ? "" : ", ") + c.name;
         h << log_plot("fault-" + f.fault, f.fault, s, in.context, in.tolerance, 370, 190, false,
                       by.empty() ? "NOT CAUGHT" : "caught by " + by);
       }
@@ -287,7 +298,7 @@ std::string render_html(const ReportInput& in) {
       h << "<tr><td>" << esc(f.fault) << "</td>";
       for (const auto& n : names) {
         const std::string c = cell(f, n);
-        const char* cls = c == "caught*" ? "must" : c == "MISSED*" ? "FAIL" : c == "caught" ? "also" : "none";
+        const char* cls = c == "caught*" ? "must" : c == "MISSED*" || c == "error" ? "FAIL" : c == "caught" ? "also" : "none";
         h << "<td class=\"" << cls << "\">" << c << "</td>";
       }
       h << "<td class=\"note\">" << esc(f.description) << "</td></tr>\n";
@@ -296,22 +307,24 @@ std::string render_html(const ReportInput& in) {
   }
 
   // The summary table, goldens apart with their diffs.
-  h << "<h2>Checks</h2>\n<table id=\"checks-table\"><tr><th>check</th><th>verdict</th><th>time (s)</th><th>key figure</th></tr>\n";
-  std::vector<const VerifyRow*> goldens;
+  h << "<h2>Checks</h2>\n<table id=\"checks-table\"><tr><th>check</th><th>verdict</th><th>time (s)</th><th>key figure</th>"
+       "<th>bound</th><th>precision</th></tr>\n";
+  std::vector<const CheckResult*> goldens;
   for (const auto& r : in.rows) {
-    if (r.check.rfind("golden:", 0) == 0) {
+    if (r.name.rfind("golden:", 0) == 0) {
       goldens.push_back(&r);
       continue;
     }
-    h << "<tr><td>" << esc(r.check) << "</td><td class=\"" << (r.passed ? "PASS" : "FAIL") << "\">" << (r.passed ? "PASS" : "FAIL")
-      << "</td><td class=\"num\">" << num(r.seconds, "%.1f") << "</td><td>" << esc(r.figure) << "</td></tr>\n";
+    h << "<tr><td>" << esc(r.name) << "</td><td class=\"" << verdict_word(r.status) << "\">" << verdict_word(r.status)
+      << "</td><td class=\"num\">" << num(r.seconds, "%.1f") << "</td><td>" << esc(r.detail) << "</td><td>" << esc(r.bound)
+      << "</td><td>" << esc(precision(r)) << "</td></tr>\n";
   }
   h << "</table>\n";
   if (!goldens.empty()) {
     h << "<h2>Goldens</h2>\n<table id=\"golden-table\"><tr><th>case</th><th>verdict</th><th>detail</th></tr>\n";
     for (const auto* r : goldens)
-      h << "<tr><td>" << esc(r->check.substr(7)) << "</td><td class=\"" << (r->passed ? "PASS" : "FAIL") << "\">"
-        << (r->passed ? "PASS" : "FAIL") << "</td><td>" << (r->passed ? esc(r->figure) : "<pre>" + esc(r->figure) + "</pre>")
+      h << "<tr><td>" << esc(r->name.substr(7)) << "</td><td class=\"" << verdict_word(r->status) << "\">"
+        << verdict_word(r->status) << "</td><td>" << (r->ok() ? esc(r->detail) : "<pre>" + esc(r->detail) + "</pre>")
         << "</td></tr>\n";
     h << "</table>\n";
   }
@@ -348,16 +361,7 @@ std::string render_markdown(const ReportInput& in) {
   const Tally t = tally(in.rows);
   m << (t.failed ? "**FAIL**" : "**PASS**") << " tinygpt " << in.command << ": " << verdict(in).substr(6) << "\n\n";
   if (!in.subject.empty()) m << in.subject << "\n\n";
-  m << "| check | verdict | time (s) | key figure |\n|---|---|---:|---|\n";
-  auto cellmd = [](std::string s) {
-    for (size_t i = 0; (i = s.find('|', i)) != std::string::npos; i += 2) s.replace(i, 1, "\\|");
-    for (char& c : s)
-      if (c == '\n') c = ' ';
-    return s;
-  };
-  for (const auto& r : in.rows)
-    m << "| " << cellmd(r.check) << " | " << (r.passed ? "PASS" : "**FAIL**") << " | " << num(r.seconds, "%.1f") << " | "
-      << cellmd(r.figure) << " |\n";
+  m << markdown_table(in.rows);
   if (in.injection && !in.injection->faults.empty()) {
     const auto& inj = *in.injection;
     const auto names = matrix_checks(inj);

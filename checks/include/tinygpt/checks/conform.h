@@ -1,0 +1,59 @@
+// `tinygpt conform` as a library call: an inference engine in any language, started as a child
+// process and driven over a line-based JSON protocol (docs/protocol.md), run through the rows of
+// the check table (check_suite.h) like any other target, against our reference model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/result.h"
+
+namespace tinygpt::checks {
+
+// The engine cannot be run at all: it does not start, dies, answers something that is not one
+// JSON object, is silent past the timeout, or fails `hello` or `load`. The command line maps it to
+// exit 2. (An `ok: false` answer to a valid request is the engine being wrong: a failed check.)
+struct EngineUnusable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ConformOptions {
+  std::string engine;      // the command line, run through /bin/sh -c
+  std::string checkpoint;  // .pt or .safetensors; empty: the shipped fixture
+  int64_t tokens = 600;
+  bool no_past_window = false;  // never step past the context (the past-window comparisons say so)
+  double timeout_s = 30;        // per answer
+  // Check groups: "all", or names of model checks (tokens, logits, window-reference, reset,
+  // teacher-forced, sampled, long-prompt, batch, self) and "sampler" (every sampler row that holds
+  // for a sampler seen through its draws).
+  std::vector<std::string> groups{"all"};
+  Tolerances tolerance;
+  int64_t self_stride = 1;  // the self check prefills every self_stride-th in-window step (and the last)
+  std::function<void(const std::string&)> progress;
+};
+
+struct ConformReport {
+  std::string engine_name, command, checkpoint, format;
+  int protocol = 1;
+  std::vector<std::string> deviations;  // declared by the engine's hello
+  std::vector<CheckResult> rows;
+  EquivalenceResult model;              // the model checks' figures (plots, statistics)
+  int64_t requests = 0;
+  std::optional<std::string> fatal;     // the engine stopped being usable mid-run (exit 2)
+  bool passed() const { return !fatal && all_ok(rows); }
+};
+
+// The model check names `groups` selects, in table order (a group of model checks that need the
+// main run also runs it). Throws std::invalid_argument on an unknown group.
+std::vector<std::string> conform_selection(const std::vector<std::string>& groups);
+
+// Throws EngineUnusable when the engine cannot be started, loaded or greeted; otherwise returns
+// every selected row (a fatal mid-run failure is in `fatal`, the remaining rows as errors).
+ConformReport run_conform(const ConformOptions& opts);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,83 @@
+// The references every model check compares against, computed by our model with no cache, and the
+// step-by-step comparison of a target's logits with them (SPEC 3, 4).
+//  - the uncached greedy run (SPEC 3) and the logits each of its tokens was chosen from;
+//  - the full causal forward at each step inside the window;
+//  - the banded forward (query i sees keys i-context..i) at every step: the rolling cache's semantics
+//    past the window, with no cache at all.
+// One Reference is computed per model and prompt and shared by every target checked against it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/gpt.h"
+
+namespace tinygpt::checks {
+
+// fp32: a cached step multiplies a 1-token query against cached keys (and, on the fast path,
+// through our matvec kernel) while the full forward multiplies the whole window at once; the sums
+// run in another order. Measured worst |diff| with the correct caches: ~1e-6 on untrained weights,
+// 1.2e-5 on the shipped fixture (docs/perf.md); the faults move logits by 5e-4 to 12.
+constexpr double kLogitTolerance = 1e-4;
+constexpr const char* kLogitToleranceReason =
+    "fp32 with different matmul shapes (1-token step vs full window): noise ~1e-6 to 1e-5, faults >= 5e-4";
+// The `self` check compares a target with itself (its cached step against its own prefill of the
+// same tokens): every approximation the target makes is in both paths, so the same fp32 bound holds
+// for an engine that is not bit-exact with our model (llama.cpp's tanh GELU: 1e-2 against us).
+constexpr double kSelfTolerance = 1e-4;
+constexpr const char* kSelfToleranceReason =
+    "the target against its own prefill: the same arithmetic in other shapes, fp32 noise only (~1e-5)";
+
+// Logits a reference model computes for the steps of one run, no cache involved.
+struct StepReference {
+  at::Tensor full;  // (B, inside, V): the causal full forward, for the steps inside the window
+  at::Tensor band;  // (B, n, V): the banded forward (rolling-cache semantics), every step
+};
+// For seq (B, T0 + n) produced from a T0-token prompt: step i predicts token T0 + i.
+StepReference reference_for(GPT& model, const at::Tensor& seq, int64_t prompt_len, int64_t n);
+
+// Computed once per (model, prompt, tokens); shared by every target's checks.
+struct Reference {
+  at::Tensor uncached;         // (B, T0 + tokens) the uncached greedy sequence
+  at::Tensor uncached_logits;  // (B, tokens, V) the logits each of its tokens was chosen from
+  at::Tensor uncached_margin;  // (tokens) min over rows of top1 - top2 at each step
+  StepReference steps;         // the references over the uncached sequence
+  // The reference of the first `tokens` steps: greedy runs and references are prefix-consistent.
+  Reference prefix(int64_t tokens) const;
+};
+// prompt (B, T0) int64 (any length), `tokens` >= 1 greedy tokens.
+Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
+
+// One run's logits against one reference, step by step, with the precision statistics an
+// approximate target is judged by (as llama.cpp's perplexity tool reports them for quantised models).
+struct StepDiffs {
+  std::vector<double> diffs;  // per step: max |got - reference| over rows and vocabulary
+  std::vector<double> kl;     // per step: max over rows of KL(softmax(reference) || softmax(got))
+  std::vector<bool> top1;     // per step: every row's argmax agrees with the reference's
+  int64_t first_position = 0; // sequence position the first compared step predicts from
+  double worst = 0;
+  int64_t worst_position = -1;
+  std::optional<int64_t> first_position_over;  // first position over the tolerance
+  std::optional<int64_t> first_top1_parting;   // first position whose argmax differs
+  double margin_at_parting = 0;                // the reference's top-2 margin there
+  double top1_agreement() const;  // share of steps whose argmax agrees (1 when none compared)
+  double kl_mean() const;
+  double kl_max() const;
+};
+
+// top1 - top2 of each row of (B, V) logits, min over rows.
+double top2_margin(const at::Tensor& logits);
+// got (B, >= m, V) against ref (B, m, V), step by step; step i is at first_position + i.
+StepDiffs compare_steps(const at::Tensor& got, const at::Tensor& ref, int64_t first_position, double tol);
+// One line for a comparison, with `ref`'s top-2 margin at the first step over tolerance.
+std::string describe_steps(const StepDiffs& d, double tol, const at::Tensor& ref);
+
+// Steps, of the n new tokens after the first t0, before sequences a and b (B, >= t0 + n) part in
+// any row: n when they never do.
+int64_t steps_before_parting(const at::Tensor& a, const at::Tensor& b, int64_t t0, int64_t n);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,100 @@
+// What every check drives: a decode target. Three adapters implement it - our model through one
+// registered cache variant (ModelTarget, below), an engine in any language over the conform
+// protocol (conform.h), and a user's C++ cache through the conformance kit (a CacheVariant of
+// theirs, so a ModelTarget again) - and every check in check_suite.h is written once against it.
+// Leaves out the serving operations (fork, truncate, ragged rows): later checks add them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/generate.h"
+#include "tinygpt/gpt.h"
+#include "tinygpt/laws/sampler_under_test.h"
+
+namespace tinygpt::checks {
+
+// One generated sequence with the logits each of its new tokens was chosen from:
+// seq (B, T0 + n) int64, logits (B, n, V) float32.
+struct Generation {
+  at::Tensor seq, logits;
+};
+
+class DecodeTarget {
+ public:
+  virtual ~DecodeTarget() = default;
+
+  // The name reports use ("rolling", "engine 'llama.cpp'").
+  virtual std::string name() const = 0;
+  // The window of the model the target runs (SPEC 4's `context`).
+  virtual int64_t context() const = 0;
+
+  // Forget every sequence: the next prefill starts at position 0.
+  virtual void reset() = 0;
+  // ids (B, T), 1 <= T <= context, at positions 0..T-1 through the cache -> (B, V) logits of each
+  // row's last position.
+  virtual at::Tensor prefill(const at::Tensor& ids) = 0;
+  // ids (B, 1), one token per row at its next position -> (B, V).
+  virtual at::Tensor step(const at::Tensor& ids) = 0;
+
+  // The loop users run: a new sequence from `prompt` (B, T0), `n` tokens, each chosen by `choose`
+  // from the logits of the sequence so far. A target with a loop of its own runs that (our
+  // production loop, with its own bookkeeping); the default is drive().
+  virtual Generation generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose);
+
+  // The harness's own loop over reset, prefill and step, with SPEC 4's bookkeeping written out here:
+  // prefill the last `context` prompt tokens, then one step per chosen token. The history the chooser
+  // sees is the whole sequence so far.
+  Generation drive(const at::Tensor& prompt, int64_t n, const TokenChooser& choose);
+
+  // The target's sampler, seen through `pick` (and `filtered` where the target can show its scores),
+  // or nullptr when it has none: the sampler checks are then skipped, saying so.
+  virtual const props::SamplerUnderTest* sampler() const { return nullptr; }
+
+  // Deviations from our model the target declares (for example "gelu-tanh"); none by default.
+  virtual std::vector<std::string> deviations() const { return {}; }
+
+  // What `generate` runs, for the checks' details: "production loop" for our model, "engine" for an
+  // engine over the protocol.
+  virtual std::string loop_name() const { return "target"; }
+};
+
+// Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
+// production loop (generate_cached with the variant's attention policy, loop schedule and kernels)
+// for generate, with its own logits captured through the step observer.
+class ModelTarget final : public DecodeTarget {
+ public:
+  // `variant` must outlive the target. `model` is shared, not copied.
+  ModelTarget(GPT model, const CacheVariant& variant);
+  ~ModelTarget() override;
+
+  std::string name() const override { return variant_->name; }
+  int64_t context() const override;
+  void reset() override;
+  at::Tensor prefill(const at::Tensor& ids) override;
+  at::Tensor step(const at::Tensor& ids) override;
+  Generation generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) override;
+  const props::SamplerUnderTest* sampler() const override { return &sampler_; }
+  std::string loop_name() const override { return "production loop"; }
+
+  KVCache& cache() { return *decoder_.cache; }
+  const CacheVariant& variant() const { return *variant_; }
+
+ private:
+  GPT model_;
+  const CacheVariant* variant_;
+  Decoder decoder_;
+  int64_t fed_ = 0;  // tokens fed since the last reset: the next step's position
+  props::SamplerUnderTest sampler_;
+};
+
+// Row b = `row` (1, T0) with every id shifted by `stride` x b (mod vocab): a batch of `rows`
+// different prompts of one length, (rows, T0).
+at::Tensor shifted_rows(const at::Tensor& row, int64_t rows, int64_t vocab, int64_t stride = 1);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,46 @@
+// The main job, `tinygpt verify`, as a library call: on a model (the shipped fixture by default),
+// every production cache through every model check at batch 1 (prompt ids [1, 2, 3]) and at a
+// batch of three different prompts; the fault matrix (every fault through every check, the
+// production caches as negative controls); every golden case through every production cache; and
+// the seed's sampler self-check. Returns the rows and the matrix; the caller prints and exits.
+// Independent runs go side by side on the CPU (parallel_runs.h): one per intra-op thread.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/golden.h"
+#include "tinygpt/checks/inject.h"
+#include "tinygpt/checks/result.h"
+
+namespace tinygpt::checks {
+
+struct VerifyOptions {
+  c10::Device device{c10::kCPU};
+  int64_t tokens = 600;  // greedy tokens of each production cache's main run
+  // The faults of the matrix; nullopt: every registered fault (an empty list: none).
+  std::optional<std::vector<const CacheVariant*>> faults;
+  std::function<void(const std::string&)> progress;  // one line at a time; may be called from several threads
+};
+
+struct VerifyReport {
+  std::string subject;              // the model checked, for reports
+  std::vector<CheckResult> rows;    // the summary: one row per cache run, the matrix, goldens, sampler
+  InjectionReport matrix;           // every fault's checks, drift and per-step differences
+  bool goldens_found = false;       // golden files were there for this model
+  bool passed() const { return all_ok(rows); }
+};
+
+// `fx.dir` may be empty or hold no goldens: the golden rows are then left out (said by progress).
+VerifyReport run_verify(Fixture& fx, const VerifyOptions& opts);
+
+// One summary row for a target's run of the model checks: the seed's figure and the worst logit
+// difference, or the first check that failed or erred; its status the worst of them.
+CheckResult summary_row(const EquivalenceResult& r, const std::string& name);
+
+}  // namespace tinygpt::checks

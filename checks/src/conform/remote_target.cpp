@@ -1,0 +1,138 @@
+#include "remote_target.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+
+namespace tinygpt::checks {
+
+using nlohmann::json;
+
+json ids_json(const at::Tensor& ids) {  // (B, T) int64 -> [[...], ...]
+  at::Tensor c = ids.to(at::kCPU).to(at::kLong).contiguous();
+  json rows = json::array();
+  for (int64_t b = 0; b < c.size(0); ++b) {
+    const int64_t* p = c[b].data_ptr<int64_t>();
+    rows.push_back(std::vector<int64_t>(p, p + c.size(1)));
+  }
+  return rows;
+}
+
+RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, int64_t context)
+    : p_(p), name_("engine '" + hello.value("name", std::string("(unnamed)")) + "'"), vocab_(vocab), context_(context) {
+  has_sampler_ = !(hello.contains("sampler") && hello["sampler"].is_boolean() && !hello["sampler"].get<bool>());
+  if (hello.contains("deviations") && hello["deviations"].is_array())
+    for (const auto& d : hello["deviations"])
+      if (d.is_string()) deviations_.push_back(d.get<std::string>());
+  sampler_ = {name_, "the engine's sampler through 'sample'", nullptr,
+              [this](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, h, s); }};
+}
+
+json RemoteTarget::ok(const json& req) {
+  if (unusable_) throw EngineUnusable(*unusable_);
+  json a;
+  try {
+    a = p_.call(req);
+  } catch (const EngineUnusable& e) {
+    unusable_ = e.what();
+    throw;
+  }
+  if (!a["ok"].get<bool>())
+    throw WrongAnswer("'" + req["op"].get<std::string>() + "' answered ok false: " + a["error"].get<std::string>());
+  return a;
+}
+
+void RemoteTarget::reset() { ok({{"op", "reset"}}); }
+
+at::Tensor RemoteTarget::prefill(const at::Tensor& ids) {
+  return logits(ok({{"op", "prefill"}, {"ids", ids_json(ids)}}), ids.size(0), "prefill");
+}
+
+at::Tensor RemoteTarget::step(const at::Tensor& ids) {
+  return logits(ok({{"op", "step"}, {"ids", ids_json(ids)}}), ids.size(0), "step");
+}
+
+// (B, V) float logits from an answer; WrongAnswer naming what is wrong.
+at::Tensor RemoteTarget::logits(const json& a, int64_t rows, const std::string& op) const {
+  if (!a.contains("logits") || !a["logits"].is_array() || static_cast<int64_t>(a["logits"].size()) != rows)
+    throw WrongAnswer("'" + op + "' answered without \"logits\" as " + std::to_string(rows) + " rows");
+  at::Tensor out = at::empty({rows, vocab_}, at::kFloat);
+  float* o = out.data_ptr<float>();
+  for (int64_t b = 0; b < rows; ++b) {
+    const json& r = a["logits"][b];
+    if (!r.is_array() || static_cast<int64_t>(r.size()) != vocab_)
+      throw WrongAnswer("'" + op + "' answered row " + std::to_string(b) + " with " +
+                        (r.is_array() ? std::to_string(r.size()) : std::string("no")) + " logits, expected " +
+                        std::to_string(vocab_));
+    for (int64_t v = 0; v < vocab_; ++v) {
+      const json& x = r[v];
+      if (!x.is_number() || !std::isfinite(x.get<double>()))
+        throw WrongAnswer("'" + op + "' answered a logit that is not a finite number at row " + std::to_string(b) + ", id " +
+                          std::to_string(v) + ": " + x.dump());
+      o[b * vocab_ + v] = x.get<float>();
+    }
+  }
+  return out;
+}
+
+// `pick` through `sample` requests, seeded from LibTorch's default generator (so the laws'
+// manual_seed makes draws repeatable). Rows that repeat (x.repeat({N, 1})) go once each with n = N:
+// the protocol's draws are independent by contract.
+at::Tensor RemoteTarget::pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
+  at::Tensor x = logits.to(at::kCPU).to(at::kFloat).contiguous();
+  at::Tensor h = history.defined() ? history.to(at::kCPU).to(at::kLong).contiguous() : at::Tensor();
+  const int64_t B = x.size(0), V = x.size(1), T = h.defined() ? h.size(1) : 0;
+  // Distinct rows and each row's occurrence number.
+  std::map<std::pair<std::vector<float>, std::vector<int64_t>>, int64_t> index;
+  std::vector<int64_t> which(B), occurrence(B), count, first_row;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* xp = x[b].data_ptr<float>();
+    std::vector<int64_t> hv;
+    if (T) hv.assign(h[b].data_ptr<int64_t>(), h[b].data_ptr<int64_t>() + T);
+    auto [it, fresh] = index.try_emplace({std::vector<float>(xp, xp + V), std::move(hv)}, static_cast<int64_t>(count.size()));
+    if (fresh) count.push_back(0), first_row.push_back(b);
+    which[b] = it->second;
+    occurrence[b] = count[it->second]++;
+  }
+  int64_t n = count[0];
+  for (int64_t c : count)
+    if (c != n) n = -1;
+  std::vector<int64_t> send = first_row;
+  if (n < 0) {  // unequal repeats: every row once
+    n = 1;
+    send.resize(B);
+    for (int64_t b = 0; b < B; ++b) send[b] = b, which[b] = b, occurrence[b] = 0;
+  }
+  json rows = json::array(), hist = json::array();
+  for (int64_t b : send) {
+    json r = json::array();
+    const float* xp = x[b].data_ptr<float>();
+    for (int64_t v = 0; v < V; ++v) {
+      if (std::isfinite(xp[v])) r.push_back(xp[v]);
+      else if (xp[v] < 0 && std::isinf(xp[v])) r.push_back("-inf");
+      else throw std::invalid_argument("conform: a law made a logit the protocol cannot carry");
+    }
+    rows.push_back(std::move(r));
+    hist.push_back(T ? std::vector<int64_t>(h[b].data_ptr<int64_t>(), h[b].data_ptr<int64_t>() + T) : std::vector<int64_t>{});
+  }
+  const int64_t seed = at::randint(0, int64_t(1) << 30, {1}, at::kLong).item<int64_t>();
+  const json a = ok({{"op", "sample"}, {"logits", rows}, {"history", hist}, {"temperature", s.temperature}, {"top_k", s.top_k},
+                     {"top_p", s.top_p}, {"penalty", s.penalty}, {"seed", seed}, {"n", n}});
+  const json& ids = a.contains("ids") ? a["ids"] : json();
+  if (!ids.is_array() || ids.size() != send.size())
+    throw WrongAnswer("'sample' answered without \"ids\" as " + std::to_string(send.size()) + " rows");
+  at::Tensor out = at::empty({B}, at::kLong);
+  for (int64_t b = 0; b < B; ++b) {
+    const json& r = ids[which[b]];
+    if (!r.is_array() || static_cast<int64_t>(r.size()) != n)
+      throw WrongAnswer("'sample' answered a row without " + std::to_string(n) + " ids");
+    const json& id = r[occurrence[b]];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= V)
+      throw WrongAnswer("'sample' answered id " + id.dump() + ", outside [0, " + std::to_string(V) + ")");
+    out[b] = id.get<int64_t>();
+  }
+  return out.to(logits.device());
+}
+
+}  // namespace tinygpt::checks

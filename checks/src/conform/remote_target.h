@@ -1,0 +1,62 @@
+// An engine in any language as a decode target: reset, prefill and step as protocol requests, its
+// sampler through `sample`. Answers are judged here: a wrong shape, a non-finite logit or an
+// `ok: false` answer to a valid request throws WrongAnswer (the check that sent it fails with it);
+// an engine that cannot be talked to throws EngineUnusable (engine_process.h).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine_process.h"
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/target.h"
+
+namespace tinygpt::checks {
+
+// A wrong answer to a valid request: the engine is wrong, so the check that sent it fails.
+struct WrongAnswer : CheckFailure {
+  using CheckFailure::CheckFailure;
+};
+
+class RemoteTarget final : public DecodeTarget {
+ public:
+  // `hello` the engine's answer to hello (name, deviations).
+  RemoteTarget(EngineProcess& p, const nlohmann::json& hello, int64_t vocab, int64_t context);
+
+  std::string name() const override { return name_; }
+  int64_t context() const override { return context_; }
+  void reset() override;
+  at::Tensor prefill(const at::Tensor& ids) override;
+  at::Tensor step(const at::Tensor& ids) override;
+  // nullptr when hello said "sampler": false: the sampler rows are then skipped, saying so.
+  const props::SamplerUnderTest* sampler() const override { return has_sampler_ ? &sampler_ : nullptr; }
+  std::vector<std::string> deviations() const override { return deviations_; }
+  std::string loop_name() const override { return "engine"; }
+
+  // Set once the engine could not be talked to: every later request throws it again.
+  const std::optional<std::string>& unusable() const { return unusable_; }
+
+ private:
+  nlohmann::json ok(const nlohmann::json& req);
+  at::Tensor logits(const nlohmann::json& answer, int64_t rows, const std::string& op) const;
+  at::Tensor pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
+
+  EngineProcess& p_;
+  std::string name_;
+  std::vector<std::string> deviations_;
+  int64_t vocab_, context_;
+  std::optional<std::string> unusable_;
+  bool has_sampler_ = true;
+  props::SamplerUnderTest sampler_;
+};
+
+// (B, T) int64 ids as [[...], ...].
+nlohmann::json ids_json(const at::Tensor& ids);
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,66 @@
+#include "tinygpt/checks/export.h"
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+#include "tinygpt/checks/data.h"
+#include "tinygpt/gguf.h"
+#include "tinygpt/safetensors.h"
+
+namespace tinygpt::checks {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A shell word: single-quoted, with embedded quotes escaped.
+std::string quoted(const std::string& s) {
+  std::string o = "'";
+  for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return o + "'";
+}
+
+int run(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
+}
+
+}  // namespace
+
+const std::vector<std::string>& export_formats() {
+  static const std::vector<std::string> f = {"pt", "safetensors", "gguf", "onnx"};
+  return f;
+}
+
+void export_model(const Checkpoint& ck, GPT& model, const std::string& format, const std::string& out) {
+  if (format == "pt") return write_torch_checkpoint(out, ck);
+  if (format == "safetensors") return write_safetensors_checkpoint(out, ck);
+  if (format == "gguf") return write_gguf(out, model);
+  if (format != "onnx") throw std::invalid_argument("unknown export format '" + format + "' (pt, safetensors, gguf, onnx)");
+  // Debian's python3-torch lives with /usr/bin/python3; TINYGPT_PYTHON names another interpreter.
+  const char* env = std::getenv("TINYGPT_PYTHON");
+  const std::string python = env && *env ? env : (fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3");
+  if (run(quoted(python) + " -c 'import torch' >/dev/null 2>&1") != 0)
+    throw std::runtime_error("export --format onnx needs PyTorch for Python (Debian: apt-get install python3-torch); " + python +
+                             " cannot import torch (TINYGPT_PYTHON names another interpreter)");
+  const std::string script = engines_dir() + "/onnxruntime/export_onnx.py";
+  std::string tmpl = (fs::temp_directory_path() / "tinygpt-export-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("export: cannot create a temporary folder");
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{tmpl};
+  const std::string pt = tmpl + "/model.pt";
+  write_torch_checkpoint(pt, ck);
+  const int rc = run(quoted(python) + " " + quoted(script) + " " + quoted(pt) + " " + quoted(out) + " >&2");
+  if (rc != 0) throw std::runtime_error("export --format onnx: " + script + " exited with status " + std::to_string(rc));
+}
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,374 @@
+// The model checks of the check table: a target's logits and tokens against our reference model
+// (SPEC 3, 4). Each is one function over the CheckContext; the table at the bottom names them.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/generate.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+// Steps of the checks that reach just past the window (batch, sampled): context + 32, or fewer when
+// the main run is shorter.
+int64_t past_window_tokens(const CheckContext& c) {
+  return std::min(c.opts.tokens, c.model->config().context + 32);
+}
+
+std::string max_diff_bound(double tol) { return "max |diff| <= " + sci(tol); }
+
+// Precision statistics of a comparison, for the report (llama.cpp's perplexity tool reports the
+// same for quantised models): top-1 agreement, mean and max KL, the margin where argmaxes part.
+void add_stats(CheckResult& r, const StepDiffs& d) {
+  r.figure = d.worst;
+  r.stats["max_abs_diff"] = d.worst;
+  r.stats["top1_agreement"] = d.top1_agreement();
+  r.stats["kl_mean"] = d.kl_mean();
+  r.stats["kl_max"] = d.kl_max();
+  if (d.first_top1_parting) r.stats["margin_at_top1_parting"] = d.margin_at_parting;
+}
+
+// Judges one comparison by the bounds in force: max |diff| by default; mean KL and top-1 agreement
+// instead when the user set --max-kl / --min-top1 (an approximate target judged on what matters).
+// Returns true when within bounds; says which bound judged it.
+bool within(CheckResult& r, const StepDiffs& d, const Tolerances& t, double tol) {
+  add_stats(r, d);
+  if (!t.max_kl && !t.min_top1) {
+    r.bound = max_diff_bound(tol);
+    return !d.first_position_over;
+  }
+  bool ok = true;
+  std::string b;
+  if (t.max_kl) {
+    ok = ok && d.kl_mean() <= *t.max_kl;
+    b = "mean KL <= " + sci(*t.max_kl);
+  }
+  if (t.min_top1) {
+    ok = ok && d.top1_agreement() >= *t.min_top1;
+    b += (b.empty() ? "" : ", ") + std::string("top-1 agreement >= ") + std::to_string(*t.min_top1).substr(0, 6);
+  }
+  r.bound = b;
+  return ok;
+}
+
+std::string stats_line(const StepDiffs& d) {
+  char b[160];
+  std::snprintf(b, sizeof b, "top-1 %.1f%%, KL mean %.1e max %.1e", 100 * d.top1_agreement(), d.kl_mean(), d.kl_max());
+  return b;
+}
+
+void set(CheckResult& r, bool ok, std::string detail) {
+  r.status = ok ? Status::Pass : Status::Fail;
+  r.detail = std::move(detail);
+}
+
+// Runs the two comparisons of a loop run against its references (full inside the window, banded
+// every step) and fills `r`; returns the banded one.
+StepDiffs judge(CheckResult& r, const Tolerances& t, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len) {
+  const double tol = t.logits;
+  const StepDiffs full = compare_steps(logits, ref.full, prompt_len - 1, tol);
+  StepDiffs band = compare_steps(logits, ref.band, prompt_len - 1, tol);
+  CheckResult scratch = r;
+  const bool full_ok = within(scratch, full, t, tol);
+  const bool band_ok = within(r, band, t, tol);
+  if (!full_ok) set(r, false, "vs full forward: " + describe_steps(full, tol, ref.full) + "; " + stats_line(full));
+  else set(r, band_ok, "vs banded reference: " + describe_steps(band, tol, ref.band) + "; " + stats_line(band));
+  return band;
+}
+
+// 1. The target's greedy tokens against the uncached run: the first context - T0 must match (SPEC 4).
+void tokens_check(CheckContext& c, CheckResult& r) {
+  const Generation& main = c.main("tokens");
+  const Reference& ref = c.ref();
+  EquivalenceResult& o = c.out;
+  const int64_t T0 = c.opts.prompt.size(1);
+  o.produced = main.seq;
+  o.identical_prefix = steps_before_parting(ref.uncached, main.seq, T0, c.opts.tokens);
+  if (o.identical_prefix < c.opts.tokens) {
+    o.first_difference = T0 + o.identical_prefix;
+    o.margin_at_difference = ref.uncached_margin[o.identical_prefix].item<double>();
+  }
+  r.figure = static_cast<double>(std::min(o.identical_prefix, o.must_match));
+  r.bound = "the first " + std::to_string(o.must_match) + " new tokens identical";
+  set(r, o.identical_prefix >= o.must_match,
+      "first " + std::to_string(std::min(o.identical_prefix, o.must_match)) + " of " + std::to_string(o.must_match) +
+          " in-window tokens identical");
+  if (!r.ok())
+    r.detail += "; the target's token at position " + std::to_string(*o.first_difference) +
+                " differs (uncached top-2 margin there " + sci(*o.margin_at_difference) + ")";
+}
+
+// 2. The main run's own logits against the full forward, inside the window.
+void logits_check(CheckContext& c, CheckResult& r) {
+  const Generation& main = c.main("logits");
+  const StepReference& s = c.main_reference();
+  const int64_t T0 = c.opts.prompt.size(1);
+  c.out.loop_full = compare_steps(main.logits, s.full, T0 - 1, c.opts.tolerance.logits);
+  set(r, within(r, c.out.loop_full, c.opts.tolerance, c.opts.tolerance.logits),
+      c.target.loop_name() + " vs full forward, inside the window: " + describe_steps(c.out.loop_full, c.opts.tolerance.logits, s.full) + "; " +
+          stats_line(c.out.loop_full));
+}
+
+// 3. Every step, past the window too, against the banded reference.
+// A target the caller keeps inside the window (--no-past-window) skips what only past it can show.
+bool skip_past_window(const CheckContext& c, CheckResult& r) {
+  if (c.opts.past_window) return false;
+  r.status = Status::Skipped;
+  r.detail = "skipped (--no-past-window): the target is never driven past the context";
+  return true;
+}
+
+void window_reference_check(CheckContext& c, CheckResult& r) {
+  if (skip_past_window(c, r)) return;
+  const Generation& main = c.main("window-reference");
+  const StepReference& s = c.main_reference();
+  const int64_t T0 = c.opts.prompt.size(1), inside = c.model->config().context - T0 + 1;
+  c.out.loop_band = compare_steps(main.logits, s.band, T0 - 1, c.opts.tolerance.logits);
+  set(r, within(r, c.out.loop_band, c.opts.tolerance, c.opts.tolerance.logits),
+      c.target.loop_name() + " vs banded reference, every step: " + describe_steps(c.out.loop_band, c.opts.tolerance.logits, s.band) + "; " +
+          stats_line(c.out.loop_band));
+  if (c.opts.tokens <= inside) r.detail += " (never past the window: " + std::to_string(c.opts.tokens) + " tokens)";
+}
+
+// 4. Another sequence on the same target, then the first prompt again: the first run's logits.
+void reset_check(CheckContext& c, CheckResult& r) {
+  const Generation& main = c.main("reset");
+  const int64_t V = c.model->config().vocab_size, T0 = c.opts.prompt.size(1);
+  const int64_t k = std::min(c.opts.reset_tokens, c.opts.tokens);
+  c.target.generate((c.opts.prompt + 7).remainder(V), k, greedy());
+  const Generation again = c.target.generate(c.opts.prompt, k, greedy());
+  const at::Tensor first = main.logits.narrow(1, 0, k);
+  const StepDiffs d = compare_steps(again.logits, first, T0 - 1, c.opts.tolerance.logits);
+  r.figure = d.worst;
+  r.bound = max_diff_bound(c.opts.tolerance.logits);
+  set(r, !d.first_position_over, "after another sequence on the same target: " + describe_steps(d, c.opts.tolerance.logits, first));
+}
+
+// 5. The harness's own loop over the uncached sequence: the cache and the attention apart from the
+// target's loop bookkeeping.
+void teacher_forced_check(CheckContext& c, CheckResult& r) {
+  const Reference& ref = c.ref();
+  const int64_t T0 = c.opts.prompt.size(1), n = c.opts.tokens;
+  const at::Tensor seq = ref.uncached;
+  const TokenChooser forced = [&](const at::Tensor& logits, const at::Tensor& history) {
+    return seq.select(1, history.size(1)).to(logits.device());  // the reference's next token
+  };
+  const Generation tf = c.target.drive(c.opts.prompt, n, forced);
+  const double tol = c.opts.tolerance.logits;
+  c.out.forced_full = compare_steps(tf.logits, ref.steps.full, T0 - 1, tol);
+  c.out.forced_band = compare_steps(tf.logits, ref.steps.band, T0 - 1, tol);
+  CheckResult scratch = r;
+  const bool full_ok = within(scratch, c.out.forced_full, c.opts.tolerance, tol);
+  const bool band_ok = within(r, c.out.forced_band, c.opts.tolerance, tol);
+  if (!full_ok) set(r, false, "vs full forward: " + describe_steps(c.out.forced_full, tol, ref.steps.full));
+  else set(r, band_ok, "vs banded reference: " + describe_steps(c.out.forced_band, tol, ref.steps.band));
+}
+
+// 6. A seeded run with every sampler stage active: its logits against the references over the
+// sequence it drew; the history the loop hands the sampler against the whole sequence so far (SPEC 4:
+// prompt included); each draw against the sampler replayed on the reference logits.
+void sampled_check(CheckContext& c, CheckResult& r) {
+  const auto& o = c.opts;
+  const int64_t T0 = o.prompt.size(1);
+  const int64_t n = o.sampled_tokens > 0 ? o.sampled_tokens : past_window_tokens(c);
+  at::Tensor expect = o.prompt;  // the sequence so far, as the harness sees it
+  std::string history_error;
+  // A generator of this check's own: no other thread's draws can interleave with it.
+  at::Generator gen = make_generator(o.prompt.device(), o.sampling_seed);
+  const TokenChooser draw_and_watch = [&](const at::Tensor& logits, const at::Tensor& history) {
+    if (history_error.empty() && !(history.sizes() == expect.sizes() && history.to(expect.device()).equal(expect)))
+      history_error = "the sampler was handed a history of " + std::to_string(history.size(1)) + " ids at position " +
+                      std::to_string(expect.size(1)) + ", not the whole sequence so far (" +
+                      std::to_string(expect.size(1)) + " ids, prompt included; SPEC 4)";
+    at::Tensor ids = pick(logits.to(o.prompt.device()), o.sampling, history.to(o.prompt.device()), gen);
+    expect = at::cat({expect, ids.unsqueeze(1)}, 1);
+    return ids;
+  };
+  const Generation run = c.target.generate(o.prompt, n, draw_and_watch);
+  const StepReference s = reference_for(c.model, run.seq.to(o.prompt.device()), T0, n);
+  judge(r, o.tolerance, run.logits, s, T0);
+  if (!r.ok()) return;
+  if (!history_error.empty()) return set(r, false, history_error);
+  at::Generator replay = make_generator(o.prompt.device(), o.sampling_seed);
+  const at::Tensor seq = run.seq.to(s.band.device());
+  for (int64_t i = 0; i < n; ++i) {
+    at::Tensor want = pick(s.band.select(1, i), o.sampling, seq.narrow(1, 0, T0 + i), replay);  // (B)
+    if (!want.equal(seq.select(1, T0 + i)))
+      return set(r, false, "draw at position " + std::to_string(T0 + i) +
+                               " differs from the sampler replayed on the reference logits with the whole history (" +
+                               o.sampling.to_string() + ")");
+  }
+  r.detail += "; " + std::to_string(n) + " draws equal the replay, with the whole history (" + o.sampling.to_string() + ")";
+}
+
+// 7. A prompt longer than the window: the prefill must take its last `context` tokens and decode
+// positions start past the window.
+void long_prompt_check(CheckContext& c, CheckResult& r) {
+  if (skip_past_window(c, r)) return;
+  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  at::Tensor prompt = at::randint(0, V, {1, ctx + c.opts.long_extra}, gen, at::kLong).to(c.opts.prompt.device());
+  const Generation run = c.target.generate(prompt, c.opts.long_tokens, greedy());
+  judge(r, c.opts.tolerance, run.logits, reference_for(c.model, run.seq.to(prompt.device()), prompt.size(1), c.opts.long_tokens),
+        prompt.size(1));
+  r.detail = std::to_string(prompt.size(1)) + "-token prompt, " + r.detail;
+}
+
+// 8. Rows of different prompts in one batch: each row against its own sequence alone (batch 1)
+// through the uncached forward, full and banded, inside and past the window; each row's ids against
+// the greedy choice on those logits; and row 0 of a one-row prompt against the main run, the same
+// prompt alone through the same target.
+void batch_check(CheckContext& c, CheckResult& r) {
+  const auto& o = c.opts;
+  const int64_t V = c.model->config().vocab_size, T0 = o.prompt.size(1);
+  const double tol = o.tolerance.logits;
+  const bool one_row = o.prompt.size(0) == 1;
+  const at::Tensor rows = one_row ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
+  const int64_t R = rows.size(0), n = o.batch_tokens > 0 ? o.batch_tokens : past_window_tokens(c);
+  const Generation batched = c.target.generate(rows, n, greedy());
+  double worst = 0;
+  StepDiffs all;  // the rows' banded comparisons, for the statistics
+  for (int64_t b = 0; b < R; ++b) {
+    const std::string row = "row " + std::to_string(b) + " of " + std::to_string(R);
+    const at::Tensor seq = batched.seq.narrow(0, b, 1).to(o.prompt.device());  // (1, T0 + n)
+    const at::Tensor got = batched.logits.narrow(0, b, 1);                      // (1, n, V)
+    const StepReference alone = reference_for(c.model, seq, T0, n);
+    const StepDiffs band = judge(r, o.tolerance, got, alone, T0);
+    worst = std::max(worst, band.worst);
+    if (b == 0 || band.worst > all.worst) all = band;
+    if (!r.ok()) return void(r.detail = row + " vs its sequence alone, " + r.detail);
+    // Greedy picked each id from logits within tol of the reference's, so the reference may rank
+    // another id above it by 2 x tol at most (a near-tie); more is a wrong pick.
+    const at::Tensor ids = seq.narrow(1, T0, n).to(alone.band.device()).unsqueeze(-1);           // (1, n, 1)
+    const at::Tensor gap = (alone.band.amax(-1, true) - alone.band.gather(-1, ids)).view({n});  // (n)
+    const at::Tensor wrong = (gap > 2 * tol).nonzero();
+    if (wrong.numel() && !o.tolerance.max_kl && !o.tolerance.min_top1) {
+      const int64_t i = wrong[0][0].item<int64_t>();
+      return set(r, false, row + ": token at position " + std::to_string(T0 + i) + " is not the greedy choice of its own " +
+                               "reference logits (" + sci(gap[i].item<double>()) + " below the top, not a near-tie)");
+    }
+  }
+  // Row 0 of shifted rows is the prompt itself: the main run is that row alone, on this target.
+  // Compared up to the first step where their ids part (both may pick either side of a near-tie).
+  const bool against_main = one_row && c.have_main() && n <= o.tokens;
+  if (against_main) {
+    const Generation& main = c.main("batch");
+    const int64_t parts = steps_before_parting(main.seq, batched.seq.narrow(0, 0, 1), T0, n);
+    const at::Tensor first = main.logits.narrow(1, 0, std::min(n, parts + 1));
+    const StepDiffs d = compare_steps(batched.logits.narrow(0, 0, 1), first, T0 - 1, tol);
+    worst = std::max(worst, d.worst);
+    if (d.first_position_over)
+      return set(r, false, "row 0 of " + std::to_string(R) + " vs the same prompt alone on this target: " +
+                               describe_steps(d, tol, first));
+  }
+  add_stats(r, all);
+  r.figure = worst;
+  set(r, true, std::to_string(R) + " rows x " + std::to_string(n) + " steps equal each row's sequence alone (worst |diff| " +
+                   sci(worst) + ")" + (against_main ? ", row 0 the main run" : ""));
+}
+
+// Cached logits of `run` (B, n, V) at the chosen steps against the target's own prefill of the same
+// tokens: reset, prefill(seq[:, :T0 + i]). Returns the comparison, steps in order of `steps`.
+struct SelfDiffs {
+  std::vector<int64_t> positions;  // the sequence position each compared step predicts from
+  std::vector<double> diffs;
+  double worst = 0;
+  int64_t worst_position = -1;
+  std::optional<int64_t> first_over;
+  double margin_at_first_over = 0;
+};
+void against_own_prefill(DecodeTarget& t, const Generation& run, int64_t T0, const std::vector<int64_t>& steps, double tol,
+                         SelfDiffs& out) {
+  for (int64_t i : steps) {
+    t.reset();
+    const at::Tensor own = t.prefill(run.seq.narrow(1, 0, T0 + i));                   // (B, V)
+    const at::Tensor cached = run.logits.select(1, i).to(own.device()).to(at::kFloat);  // (B, V)
+    double d = (cached - own.to(at::kFloat)).abs().max().item<double>();
+    if (std::isnan(d)) d = std::numeric_limits<double>::infinity();
+    const int64_t pos = T0 - 1 + i;
+    out.positions.push_back(pos);
+    out.diffs.push_back(d);
+    if (d > out.worst || out.worst_position < 0) out.worst = d, out.worst_position = pos;
+    if (d > tol && !out.first_over) {
+      out.first_over = pos;
+      out.margin_at_first_over = top2_margin(own);
+    }
+  }
+}
+
+// 9. The target against itself: each cached step inside the window against the target's own prefill
+// of the same tokens, on the main greedy run and on a batch of different prompts. Every approximation
+// the target makes (a GELU formula, an angle recurrence) is in both paths, so only the cache can
+// part them: a tight bound holds for an engine that is not bit-exact with our model.
+void self_check(CheckContext& c, CheckResult& r) {
+  const auto& o = c.opts;
+  const int64_t ctx = c.target.context(), T0 = o.prompt.size(1), V = c.model->config().vocab_size;
+  const double tol = o.tolerance.self;
+  r.bound = "max |diff| <= " + sci(tol) + " against the target's own prefill";
+  if (T0 >= ctx) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: the prompt fills the window, so no decode step has a prefill twin";
+    return;
+  }
+  const int64_t inside = std::min(o.tokens, ctx - T0 + 1);  // steps whose sequence still fits one prefill
+  std::vector<int64_t> steps;                                // step 0 is the prefill itself
+  for (int64_t i = 1; i < inside; i += std::max<int64_t>(1, o.self_stride)) steps.push_back(i);
+  if (inside > 1 && steps.back() != inside - 1) steps.push_back(inside - 1);
+  if (steps.empty()) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: fewer than two steps inside the window";
+    return;
+  }
+  const Generation& main = c.main("self");
+  SelfDiffs d;
+  against_own_prefill(c.target, main, T0, steps, tol, d);
+  const at::Tensor rows = o.prompt.size(0) == 1 ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
+  SelfDiffs b;
+  if (rows.size(0) > 1) {
+    const Generation batched = c.target.generate(rows, inside, greedy());
+    against_own_prefill(c.target, batched, T0, steps, tol, b);
+  }
+  r.figure = std::max(d.worst, b.worst);
+  r.stats["max_abs_diff"] = *r.figure;
+  const std::string what = std::to_string(steps.size()) + " cached steps inside the window (main run" +
+                           (rows.size(0) > 1 ? " and a batch of " + std::to_string(rows.size(0)) : std::string()) + ")";
+  const SelfDiffs& bad = d.first_over ? d : b;
+  if (bad.first_over)
+    return set(r, false, "cached step vs the target's own prefill of the same tokens: first over " + sci(tol) + " at position " +
+                             std::to_string(*bad.first_over) + (&bad == &b ? " in the batch" : "") + " (top-2 margin there " +
+                             sci(bad.margin_at_first_over) + "); worst |diff| " + sci(*r.figure) + " over " + what);
+  set(r, true, what + " equal the target's own prefill, worst |diff| " + sci(*r.figure) +
+                   "; past the window the rolling semantics have no prefill twin, so it compares inside only");
+}
+
+}  // namespace
+
+const std::vector<CheckDef>& model_checks() {
+  static const std::vector<CheckDef> table = {
+      {"tokens", "the first context - prompt_len greedy tokens equal the uncached run's (the seed's 253)", tokens_check},
+      {"logits", "every step's logits inside the window equal the full forward's, within the tolerance", logits_check},
+      {"window-reference", "every step's logits, past the window too, equal the banded (rolling-cache) reference's",
+       window_reference_check},
+      {"reset", "after another sequence, the first prompt gives the first run's logits again", reset_check},
+      {"teacher-forced", "the harness's own loop over the reference sequence matches both references: the cache alone",
+       teacher_forced_check},
+      {"sampled", "a seeded run with every sampler stage matches the references, hands the sampler the whole history, "
+                  "and draws what the sampler draws on the reference logits", sampled_check},
+      {"long-prompt", "a prompt longer than the window is prefilled from its last context tokens; later steps match",
+       long_prompt_check},
+      {"batch", "different prompts in one batch: each row equals its sequence alone, inside and past the window",
+       batch_check},
+      // Our own caches: `logits` already compares every cached step with the full forward, which is our
+      // prefill; `self` is for targets that are not our model (conform), so it is not in the default set.
+      {"self", "each cached step inside the window equals the target's own prefill of the same tokens "
+               "(the target's approximations cancel; only its cache can part them)", self_check, /*in_default=*/false},
+  };
+  return table;
+}
+
+}  // namespace tinygpt::checks

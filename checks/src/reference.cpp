@@ -1,0 +1,120 @@
+#include "tinygpt/checks/reference.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <stdexcept>
+
+#include "tinygpt/checks/result.h"
+#include "tinygpt/generate.h"
+
+namespace tinygpt::checks {
+
+double top2_margin(const at::Tensor& logits) {
+  if (logits.size(-1) < 2) return std::numeric_limits<double>::infinity();
+  at::Tensor top2 = std::get<0>(logits.topk(2, -1));
+  return (top2.select(-1, 0) - top2.select(-1, 1)).min().item<double>();
+}
+
+double StepDiffs::top1_agreement() const {
+  if (top1.empty()) return 1.0;
+  return static_cast<double>(std::count(top1.begin(), top1.end(), true)) / static_cast<double>(top1.size());
+}
+
+double StepDiffs::kl_mean() const {
+  return kl.empty() ? 0.0 : std::accumulate(kl.begin(), kl.end(), 0.0) / static_cast<double>(kl.size());
+}
+
+double StepDiffs::kl_max() const { return kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end()); }
+
+StepDiffs compare_steps(const at::Tensor& got_in, const at::Tensor& ref, int64_t first_position, double tol) {
+  StepDiffs d;
+  d.first_position = first_position;
+  const int64_t m = ref.size(1);
+  if (m == 0) return d;
+  const at::Tensor got = got_in.narrow(1, 0, m).to(ref.device()).to(at::kFloat);  // (B, m, V)
+  at::Tensor diff = (got - ref).abs().amax({0, 2}).to(at::kDouble);              // (m)
+  diff = at::where(diff.isnan(), at::full_like(diff, std::numeric_limits<double>::infinity()), diff).cpu().contiguous();
+  d.diffs.assign(diff.data_ptr<double>(), diff.data_ptr<double>() + m);
+  // KL(reference || got) in double, per row and step; its max over rows per step.
+  const at::Tensor lr = ref.to(at::kDouble).log_softmax(-1), lg = got.to(at::kDouble).log_softmax(-1);
+  at::Tensor kl = (lr.exp() * (lr - lg)).sum(-1).amax(0);  // (m)
+  kl = at::where(kl.isnan(), at::full_like(kl, std::numeric_limits<double>::infinity()), kl).cpu().contiguous();
+  d.kl.assign(kl.data_ptr<double>(), kl.data_ptr<double>() + m);
+  const at::Tensor same = (got.argmax(-1) == ref.argmax(-1)).all(0).cpu();  // (m)
+  d.top1.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    d.top1[i] = same[i].item<bool>();
+    if (!d.top1[i] && !d.first_top1_parting) {
+      d.first_top1_parting = first_position + i;
+      d.margin_at_parting = top2_margin(ref.select(1, i));
+    }
+    if (d.diffs[i] > d.worst || d.worst_position < 0) d.worst = d.diffs[i], d.worst_position = first_position + i;
+    if (!d.first_position_over && d.diffs[i] > tol) d.first_position_over = first_position + i;
+  }
+  return d;
+}
+
+std::string describe_steps(const StepDiffs& d, double tol, const at::Tensor& ref) {
+  const std::string tail = "worst |diff| " + sci(d.worst) + " at position " + std::to_string(d.worst_position) + " over " +
+                           std::to_string(d.diffs.size()) + " steps";
+  if (!d.first_position_over) return tail;
+  const int64_t step = *d.first_position_over - d.first_position;
+  return "first over " + sci(tol) + " at position " + std::to_string(*d.first_position_over) + " (step " +
+         std::to_string(step) + ", |diff| " + sci(d.diffs[step]) + ", top-2 margin there " +
+         sci(top2_margin(ref.select(1, step))) + "); " + tail;
+}
+
+int64_t steps_before_parting(const at::Tensor& a, const at::Tensor& b, int64_t t0, int64_t n) {
+  const at::Tensor same = (a.narrow(1, t0, n) == b.narrow(1, t0, n).to(a.device())).all(0);  // (n)
+  const at::Tensor part = same.logical_not().nonzero();
+  return part.numel() ? part[0][0].item<int64_t>() : n;
+}
+
+StepReference reference_for(GPT& model, const at::Tensor& seq, int64_t prompt_len, int64_t n) {
+  at::NoGradGuard no_grad;
+  const int64_t ctx = model->config().context;
+  const int64_t s0 = std::max<int64_t>(0, prompt_len - ctx), w = prompt_len - s0;
+  if (n < 1 || seq.size(1) < prompt_len + n - 1) throw std::invalid_argument("reference_for: sequence too short");
+  // What the cached loop sees: the prompt from s0 on. Step i predicts from its first w + i tokens.
+  at::Tensor fed = seq.narrow(1, s0, w + n - 1);                         // (B, w + n - 1)
+  const int64_t inside = std::max<int64_t>(0, std::min(n, ctx - w + 1));  // steps with w + i <= context
+  StepReference r;
+  r.full = inside > 0 ? model->forward(fed.narrow(1, 0, w + inside - 1)).narrow(1, w - 1, inside)
+                      : at::empty({seq.size(0), 0, model->config().vocab_size}, seq.options().dtype(at::kFloat));
+  r.band = model->forward_with(fed, BandedPolicy(ctx + 1)).narrow(1, w - 1, n);  // (B, n, V)
+  return r;
+}
+
+Reference Reference::prefix(int64_t tokens) const {
+  const int64_t n = uncached_logits.size(1), T0 = uncached.size(1) - n;
+  if (tokens < 1 || tokens > n) throw std::invalid_argument("Reference::prefix: tokens must be in [1, " + std::to_string(n) + "]");
+  Reference r;
+  r.uncached = uncached.narrow(1, 0, T0 + tokens);
+  r.uncached_logits = uncached_logits.narrow(1, 0, tokens);
+  r.uncached_margin = uncached_margin.narrow(0, 0, tokens);
+  r.steps.full = steps.full.narrow(1, 0, std::min(tokens, steps.full.size(1)));
+  r.steps.band = steps.band.narrow(1, 0, tokens);
+  return r;
+}
+
+Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens) {
+  check_token_ids(prompt, model->config().vocab_size, "reference prompt");
+  if (tokens < 1) throw std::invalid_argument("reference: tokens must be >= 1");
+  at::NoGradGuard no_grad;
+  Reference ref;
+  std::vector<double> margins;
+  Recorder keep;
+  ref.uncached = generate_uncached(model, prompt, tokens, greedy(), [&](int64_t i, const at::Tensor& l) {
+    margins.push_back(top2_margin(l));
+    keep(i, l);
+  });
+  ref.uncached_logits = keep.stacked();  // (B, tokens, V)
+  ref.uncached_margin = at::tensor(margins, at::kDouble);
+  ref.steps = reference_for(model, ref.uncached, prompt.size(1), tokens);
+  return ref;
+}
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,93 @@
+// The sampler rows of the check table: every law of the property suite (RapidCheck generating
+// logits, histories and settings) and every fixed check, through the target's sampler. A target
+// seen only through its draws (an engine's `sample`) runs the laws that need nothing else; one that
+// shows its filtered scores (our sampler, a kit user's) runs them all.
+#include <ATen/ATen.h>
+#include <rapidcheck.h>
+
+#include <iostream>
+#include <mutex>
+#include <sstream>
+
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/laws/sampler_laws.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+// Runs one RapidCheck property as rc::check does, with its report kept: the verdict line and the
+// failed assertion go in the row, the whole report (with RapidCheck's reproduce string) to stderr.
+bool run_property(const std::string& name, const std::function<void()>& body, std::string& detail) {
+  // RapidCheck's configuration and report printing are process-wide.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  rc::detail::configuration();
+  rc::detail::TestMetadata metadata;
+  metadata.id = name;
+  metadata.description = name;
+  const auto result = rc::detail::checkTestable(body, metadata);
+  std::ostringstream report;
+  rc::detail::printResultMessage(result, report);
+  std::istringstream lines(report.str());
+  std::string line, why, assertion;
+  while (std::getline(lines, line)) {
+    if (why.empty() && !line.empty()) why = line;
+    if (assertion.empty() && (line.rfind("RC_ASSERT", 0) == 0 || line.find("answered") != std::string::npos ||
+                              line.find("exception") != std::string::npos))
+      assertion = line;
+  }
+  detail = why + (assertion.empty() ? "" : "; " + assertion);
+  const bool ok = result.template is<rc::detail::SuccessResult>();
+  if (!ok) std::cerr << "\n- " << name << "\n" << report.str() << "\n";
+  return ok;
+}
+
+const props::SamplerUnderTest* sampler_or_skip(CheckContext& c, CheckResult& r) {
+  const props::SamplerUnderTest* s = c.target.sampler();
+  if (!s) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: the target has no sampler";
+  }
+  return s;
+}
+
+std::vector<CheckDef> make_table() {
+  std::vector<CheckDef> table;
+  for (const auto& law : props::generated_laws()) {
+    table.push_back({"sampler/" + law.name, law.formula, [law](CheckContext& c, CheckResult& r) {
+                       const props::SamplerUnderTest* s = sampler_or_skip(c, r);
+                       if (!s) return;
+                       if (!law.pick_only && !s->filtered) {
+                         r.status = Status::Skipped;
+                         r.detail = "skipped: the law reads filtered scores, and the target shows only its draws";
+                         return;
+                       }
+                       r.bound = law.formula;
+                       const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
+                       r.status = run_property(law.name, [&] { law.body(*s, dev); }, r.detail) ? Status::Pass : Status::Fail;
+                     }});
+    table.back().needs_scores = !law.pick_only;
+  }
+  for (const auto& check : props::fixed_checks()) {
+    table.push_back({"sampler/" + check.name, check.formula, [check](CheckContext& c, CheckResult& r) {
+                       const props::SamplerUnderTest* s = sampler_or_skip(c, r);
+                       if (!s) return;
+                       r.bound = check.formula;
+                       const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
+                       const std::string why = check.run(*s, dev);
+                       r.status = why.empty() ? Status::Pass : Status::Fail;
+                       r.detail = why.empty() ? check.formula : why;
+                     }});
+  }
+  return table;
+}
+
+}  // namespace
+
+const std::vector<CheckDef>& sampler_checks() {
+  static const std::vector<CheckDef> table = make_table();
+  return table;
+}
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,75 @@
+#include "tinygpt/checks/target.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+namespace tinygpt::checks {
+
+Generation DecodeTarget::generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) {
+  return drive(prompt, n, choose);
+}
+
+Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) {
+  if (prompt.dim() != 2 || prompt.size(1) < 1) throw std::invalid_argument("drive: the prompt must be (B, T0) with T0 >= 1");
+  if (n < 1) throw std::invalid_argument("drive: n must be >= 1");
+  const int64_t T0 = prompt.size(1), w = std::min(T0, context());
+  at::Tensor seq = at::empty({prompt.size(0), T0 + n}, prompt.options());  // (B, T0 + n)
+  seq.narrow(1, 0, T0).copy_(prompt);
+  reset();
+  Recorder keep;
+  at::Tensor logits = prefill(prompt.narrow(1, T0 - w, w));  // (B, V): the last `context` prompt tokens
+  for (int64_t i = 0; i < n; ++i) {
+    keep(i, logits);
+    const int64_t L = T0 + i;
+    at::Tensor next = choose(logits, seq.narrow(1, 0, L)).to(seq.device()).to(at::kLong).view({seq.size(0), 1});  // (B, 1)
+    seq.narrow(1, L, 1).copy_(next);
+    if (i + 1 < n) logits = step(next);
+  }
+  return {seq, keep.stacked()};
+}
+
+ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
+    : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
+      sampler_(props::production_sampler()) {}
+
+ModelTarget::~ModelTarget() = default;
+
+int64_t ModelTarget::context() const { return model_->config().context; }
+
+void ModelTarget::reset() {
+  decoder_.cache->reset();
+  fed_ = 0;
+}
+
+at::Tensor ModelTarget::prefill(const at::Tensor& ids) {
+  at::NoGradGuard no_grad;
+  if (ids.size(1) > context()) throw std::invalid_argument("prefill: " + std::to_string(ids.size(1)) + " tokens exceed the context");
+  at::Tensor out = decode_step(*model_, ids, *decoder_.cache, /*start=*/0, decoder_.path);  // (B, V)
+  fed_ = ids.size(1);
+  return out;
+}
+
+at::Tensor ModelTarget::step(const at::Tensor& ids) {
+  at::NoGradGuard no_grad;
+  if (ids.dim() != 2 || ids.size(1) != 1) throw std::invalid_argument("step: one token per row, (B, 1)");
+  at::Tensor out = decode_step(*model_, ids, *decoder_.cache, fed_, decoder_.path);  // SPEC 4: position = tokens fed so far
+  ++fed_;
+  return out;
+}
+
+Generation ModelTarget::generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) {
+  at::NoGradGuard no_grad;
+  Recorder keep;
+  Generation g;
+  g.seq = generate_cached(model_, prompt, n, choose, *decoder_.cache, decoder_.path, keep.observer());
+  g.logits = keep.stacked();
+  return g;
+}
+
+at::Tensor shifted_rows(const at::Tensor& row, int64_t rows, int64_t vocab, int64_t stride) {
+  at::Tensor shift = at::arange(rows, row.options()).unsqueeze(1) * stride;  // (rows, 1)
+  return (row + shift).remainder(vocab);                                      // (rows, T0)
+}
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,130 @@
+#include "tinygpt/checks/verify.h"
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "tinygpt/checks/parallel_runs.h"
+#include "tinygpt/laws/selfcheck.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+struct Timer {
+  std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+CheckResult matrix_row(const InjectionReport& rep) {
+  CheckResult r;
+  r.name = "fault-matrix";
+  r.status = rep.faults_passed() ? Status::Pass : Status::Fail;
+  r.figure = rep.caught();
+  r.detail = std::to_string(rep.caught()) + "/" + std::to_string(rep.faults.size()) + " faults caught";
+  for (const auto& f : rep.faults) {
+    for (const auto& c : f.checks) r.seconds += c.seconds;
+    if (!f.caught()) r.detail += "; " + f.fault + " MISSED by every check" + (f.errors().empty() ? "" : " (" + f.errors().front() + " erred)");
+    else if (!f.missed_expected().empty()) r.detail += "; " + f.fault + " MISSED by " + f.missed_expected().front();
+    if (f.fault == "rope-offset" || f.fault == "topleft-mask")
+      r.detail += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : std::string("never/100"));
+  }
+  return r;
+}
+
+}  // namespace
+
+CheckResult summary_row(const EquivalenceResult& c, const std::string& name) {
+  CheckResult r;
+  r.name = name;
+  r.status = worst(c.checks);
+  for (const auto& s : c.checks) r.seconds += s.seconds;
+  r.figure = std::max(c.loop_band.worst, c.forced_band.worst);
+  std::string fig = "first " + std::to_string(std::min(c.identical_prefix, c.must_match)) + " of " +
+                    std::to_string(c.must_match) + " tokens identical";
+  if (c.first_difference) fig += ", first difference at " + std::to_string(*c.first_difference) + " of " + std::to_string(c.sequence_length);
+  char b[128];
+  std::snprintf(b, sizeof b, "; worst logit diff %.1e (tol %.0e); %zu checks", *r.figure, c.tolerance, c.checks.size());
+  r.detail = fig + b;
+  for (const auto& s : c.checks)
+    if (!s.ok()) {
+      r.detail = s.name + ": " + s.detail;
+      break;
+    }
+  return r;
+}
+
+VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
+  const c10::Device dev = o.device;
+  auto say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  VerifyReport rep;
+  const auto faults = o.faults ? *o.faults : cache_registry().all(/*faults=*/true);
+  rep.goldens_found = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
+  const auto production = cache_registry().all(/*faults=*/false);
+  const int64_t vocab = fx.model->config().vocab_size;
+
+  // Batch 1: every production cache (the negative controls) at the seed's 600 tokens, and every
+  // fault through every check at context + 64 tokens (past the window, half the cost).
+  EquivalenceOptions opts;
+  opts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev);
+  opts.tokens = o.tokens;
+  say("reference: uncached greedy run, full-forward and banded logits");
+  const Reference ref = build_reference(fx.model, opts);
+  InjectionOptions io;
+  io.controls = production;
+  io.reference = &ref;
+  io.fault_tokens = std::min(o.tokens, fx.model->config().context + 64);
+  rep.matrix = run_injection(fx.model, opts, faults, io, say);
+  for (const auto& c : rep.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
+  if (!faults.empty()) rep.rows.push_back(matrix_row(rep.matrix));
+
+  // A batch of three different prompts through every check (the batch check inside every run above
+  // compares rows with their prompts alone too, past the window).
+  EquivalenceOptions bopts;
+  bopts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
+  bopts.tokens = std::min<int64_t>(o.tokens, 96);
+  say("a batch of 3 prompts: reference");
+  const Reference bref = build_reference(fx.model, bopts);
+  if (rep.goldens_found) say("goldens in " + fx.dir);
+  else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
+  // Per production cache: the batch of three, then its goldens; run side by side as the fault
+  // matrix's runs are (each its own cache and generators), rows kept in this order.
+  const bool reuse = o.tokens == 600;  // the golden greedy run is the same uncached run
+  std::vector<std::vector<CheckResult>> parts(2 * production.size());
+  run_in_parallel(parts.size(), default_workers(dev), [&](size_t i) {
+    const CacheVariant* v = production[i / 2];
+    if (i % 2 == 0) {
+      parts[i].push_back(summary_row(check_equivalence(fx.model, bopts, bref, *v), "cache-equivalence [" + v->name + ", batch 3]"));
+      say("a batch of 3 prompts: " + v->name + " checked");
+      return;
+    }
+    if (!rep.goldens_found) return;
+    Timer pt;  // the golden rows share their run's time (the batch row carries its checks' own)
+    auto gs = verify_goldens(fx, dev, v->name == "rolling" ? nullptr : v, reuse ? &ref : nullptr);
+    const double each = pt.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
+    for (auto& g : gs) {
+      g.name = "golden:" + g.name;
+      g.seconds = each;
+      parts[i].push_back(std::move(g));
+    }
+    say("goldens through " + v->name + " checked");
+  });
+  for (size_t k : {0, 1})  // every batch row first, then every golden row
+    for (size_t i = k; i < parts.size(); i += 2) rep.rows.insert(rep.rows.end(), parts[i].begin(), parts[i].end());
+
+  say("sampler self-check");
+  Timer t;
+  auto sc = props::seed_selfcheck(props::production_sampler().pick, dev);
+  for (auto& s : sc) {
+    s.name = "sampler:" + s.name;
+    s.seconds = t.seconds() / static_cast<double>(sc.size());
+    rep.rows.push_back(std::move(s));
+  }
+  return rep;
+}
+
+}  // namespace tinygpt::checks

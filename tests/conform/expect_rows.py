@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Runs `tinygpt conform` on an engine variant and checks which rows failed, by name: a verdict is
+only useful if it points at the right check. Usage:
+  expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] -- CONFORM ARGS...
+--exactly: the failed rows are exactly these; --includes: these are among them (others may fail too);
+--none: no row fails (exit 0); --skipped: these rows are reported as skipped (declared deviations).
+"""
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    args = sys.argv[1:]
+    tinygpt, work = args[0], args[1]
+    split = args.index("--")
+    opts, conform = args[2:split], args[split + 1:]
+    mode, names, skipped = None, [], []
+    i = 0
+    while i < len(opts):
+        if opts[i] in ("--exactly", "--includes"):
+            mode, names = opts[i], [n for n in opts[i + 1].split(",") if n]
+            i += 2
+        elif opts[i] == "--none":
+            mode = "--none"
+            i += 1
+        elif opts[i] == "--skipped":
+            skipped = [n for n in opts[i + 1].split(",") if n]
+            i += 2
+        else:
+            sys.exit("expect_rows.py: unknown option %r" % opts[i])
+    os.makedirs(work, exist_ok=True)
+    report = os.path.join(work, "conform.json")
+    if os.path.exists(report):
+        os.remove(report)
+    r = subprocess.run([tinygpt, "conform", "--json", report] + conform, capture_output=True, text=True, timeout=1200)
+    sys.stdout.write(r.stdout)
+    sys.stderr.write(r.stderr[-4000:])
+    if not os.path.exists(report):
+        print("FAIL: no JSON report (exit %d)" % r.returncode)
+        return 1
+    doc = json.load(open(report))
+    failed = sorted(c["check"] for c in doc["checks"] if c["status"] in ("fail", "error"))
+    skip = sorted(c["check"] for c in doc["checks"] if c["status"] == "skipped")
+    problems = []
+    if mode == "--none" and (failed or r.returncode != 0):
+        problems.append("expected no failed row and exit 0, got %s (exit %d)" % (failed, r.returncode))
+    if mode == "--exactly" and failed != sorted(names):
+        problems.append("expected exactly %s to fail, got %s" % (sorted(names), failed))
+    if mode == "--includes" and not set(names) <= set(failed):
+        problems.append("expected %s among the failed rows, got %s" % (sorted(names), failed))
+    if mode in ("--exactly", "--includes") and r.returncode != 1:
+        problems.append("expected exit 1, got %d" % r.returncode)
+    for n in skipped:
+        if n not in skip:
+            problems.append("expected %s to be reported as skipped (declared), got %s" % (n, skip))
+    for p in problems:
+        print("FAIL: " + p)
+    print("failed rows: %s; skipped rows: %s" % (failed, skip))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
