@@ -10,6 +10,7 @@ PACKAGES=(
   python3-torch python3-regex        # an independent PyTorch for the interop tests
   bible-kjv                          # the fixture corpus (SPEC 9)
   chromium                           # headless, renders the HTML report in its test
+  dpkg-dev                           # dpkg-shlibdeps: the .deb's run-time dependencies (cpack)
 )
 
 missing=()

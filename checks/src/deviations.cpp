@@ -6,18 +6,23 @@ const std::vector<Deviation>& known_deviations() {
   static const std::vector<Deviation> table = {
       {"gelu-tanh",
        "GELU by the tanh approximation (llama.cpp's ggml_gelu, read from an fp16 table) instead of the exact erf form",
-       {"logits", "window-reference", "teacher-forced", "sampled", "long-prompt", "batch"},
+       {"logits", "window-reference", "teacher-forced", "sampled", "long-prompt", "batch", "self"},
        2e-2,
-       "llama.cpp 0.4.0 on the fixture: 1.08e-2 worst |diff| with the same 253 greedy tokens; a skipped RoPE "
-       "permutation moves logits by 0.10, an F16 cache by 1e-3 to 3e-3 (self catches that)"},
+       // ggml's GELU reads an fp16 table: fp32 noise between the cached and the batched path can cross
+       // an fp16 step, so even self sees 2.0e-4 on the stock build (1e-5 with exact GELU).
+       5e-4,
+       "llama.cpp 0.4.0 on the fixture: 1.08e-2 worst |diff| with the same 253 greedy tokens, 2.0e-4 against its own "
+       "prefill; a skipped RoPE permutation moves logits by 0.11, an F16 cache by 3.0e-3 (self catches that)"},
       {"rope-angle-recurrence",
        "RoPE angles by repeated multiplication (ggml's theta *= theta_scale): the angle error grows with the position",
        {"window-reference", "teacher-forced", "sampled", "long-prompt", "batch"},
        5e-4,
+       std::nullopt,
        "llama.cpp with exact GELU: 1.16e-4 at position 593 (3e-5 rad at 255, 1.2e-4 rad at 1000)"},
       {"top-k-exact",
        "top-k keeps exactly k tokens, ties with the k-th broken arbitrarily (SPEC 6 keeps every tied token)",
        {"sampler/topKDrawsEveryTokenTiedWithTheKth"},
+       std::nullopt,
        std::nullopt,
        "llama.cpp's std::partial_sort: logits [1, 1, 1, 0], top_k 2, 3,000 draws take only ids {0, 1}"},
   };

@@ -121,7 +121,7 @@ ConformReport run_conform(const ConformOptions& o) {
       for (const auto& c : d->checks) touched += (touched.empty() ? "" : ", ") + c;
       row.detail = d->what + "; " + (d->tolerance ? "judges " + touched + " at max |diff| <= " + sci(*d->tolerance)
                                                   : "reports " + touched + " as declared where it fails") +
-                   " (" + d->evidence + ")";
+                   (d->self_tolerance ? ", self at " + sci(*d->self_tolerance) : std::string()) + " (" + d->evidence + ")";
     } else {
       row.detail = "unknown to this suite: no check relaxed (known: gelu-tanh, rope-angle-recurrence, top-k-exact)";
     }
@@ -133,7 +133,7 @@ ConformReport run_conform(const ConformOptions& o) {
       if (std::find(d->checks.begin(), d->checks.end(), check) != d->checks.end()) out.push_back(d);
     return out;
   };
-  const double logits_tolerance = eo.tolerance.logits;
+  const double logits_tolerance = eo.tolerance.logits, self_tolerance = eo.tolerance.self;
 
   EquivalenceResult& r = rep.model;
   r = EquivalenceResult{};
@@ -168,23 +168,31 @@ ConformReport run_conform(const ConformOptions& o) {
     say(name + " ...");
     const auto devs = touching(name);
     eo.tolerance.logits = logits_tolerance;
-    for (const Deviation* d : devs)
+    eo.tolerance.self = self_tolerance;
+    for (const Deviation* d : devs) {
       if (d->tolerance) eo.tolerance.logits = std::max(eo.tolerance.logits, *d->tolerance);
+      if (d->self_tolerance) eo.tolerance.self = std::max(eo.tolerance.self, *d->self_tolerance);
+    }
+    const double bound = name == "self" ? eo.tolerance.self : eo.tolerance.logits;
     CheckResult row = run_check(def, ctx);
     if (target.unusable()) rep.fatal = *target.unusable();
+    std::string relaxing;  // the declared deviations that set this row's bound
     for (const Deviation* d : devs) {
       row.bound += (row.bound.empty() ? "" : "; ") + std::string("declared ") + d->name;
-      if (!d->tolerance && row.status == Status::Fail) {
+      const bool relaxes = name == "self" ? d->self_tolerance.has_value() : d->tolerance.has_value();
+      if (relaxes) {
+        relaxing += (relaxing.empty() ? "" : ", ") + d->name;
+      } else if (row.status == Status::Fail) {
         row.status = Status::Skipped;
         row.detail = "declared: " + d->name + ": " + row.detail;
-      } else if (d->tolerance) {
-        row.detail = "declared " + d->name + ", judged at " + sci(eo.tolerance.logits) + ": " + row.detail;
       }
     }
+    if (!relaxing.empty()) row.detail = "declared " + relaxing + ", judged at " + sci(bound) + ": " + row.detail;
     if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
     rep.rows.push_back(row);
   }
   eo.tolerance.logits = logits_tolerance;
+  eo.tolerance.self = self_tolerance;
   r.checks = rep.rows;
   if (!rep.fatal && !proc.quit()) {
     CheckResult q;

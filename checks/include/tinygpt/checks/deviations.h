@@ -18,6 +18,9 @@ struct Deviation {
   // The max |diff| those rows are judged by when it is declared, with the run that justified it; no
   // bound: a failing touched row is reported as declared (skipped, with what was seen) instead.
   std::optional<double> tolerance;
+  // The self check's bound when it is declared (the deviation itself turns fp32 noise into larger
+  // steps in one path and not the other); no bound: self is not relaxed.
+  std::optional<double> self_tolerance;
   std::string evidence;
 };
 

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The engine table of docs/engines.md, measured: `tinygpt conform` with its defaults (600 tokens,
+# every check) on every engine adapter that is built (ci/engines.sh; --exact for llama.cpp with exact
+# GELU), one at a time, and one Markdown row each with the wall time. Needs build/bin/tinygpt.
+# Usage: bash ci/engine-table.sh [OUT_DIR]   (the JSON reports land there; default build/engine-table)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-build/engine-table}
+mkdir -p "$OUT"
+T=build/bin/tinygpt
+rows=()
+run() {  # label command...
+  local label=$1
+  shift
+  local json="$OUT/$(echo "$label" | tr ' /()' '____').json" start end
+  start=$(date +%s.%N)
+  "$T" conform --engine "$*" --json "$json" > "$OUT/last.log" 2>&1 || true
+  end=$(date +%s.%N)
+  rows+=("$(/usr/bin/python3 - "$json" "$label" "$(echo "$end - $start" | bc)" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d["checks"]
+def row(name):
+    return next((r for r in rows if r["check"] == name), None)
+passed = sum(r["status"] == "pass" for r in rows)
+failed = [r["check"] for r in rows if r["status"] in ("fail", "error")]
+skipped = sum(r["status"] == "skipped" for r in rows)
+logits, self_ = row("logits"), row("self")
+fig = lambda r: ("%.2e" % r["stats"]["max_abs_diff"]) if r and r.get("stats") else "-"
+bound = lambda r: (r.get("bound") or "-").replace("max |diff| <= ", "").replace("|", "\\|") if r else "-"
+verdict = "pass" if d["passed"] else "FAIL: " + ", ".join(failed)
+print("| %s | %s | %d passed, %d skipped | %s | logits %s (%s); self %s (%s) | %s | %.0f s |" % (
+    sys.argv[2], d["engine"], passed, skipped, verdict, fig(logits), bound(logits), fig(self_), bound(self_),
+    ", ".join(d.get("deviations") or []) or "-", float(sys.argv[3])))
+EOF
+)")
+  echo "engine-table: $label done" >&2
+}
+[ -x .engines/llama.cpp/adapter ] && run "llama.cpp (npm prebuilt)" .engines/llama.cpp/adapter
+[ -x .engines/llama.cpp-exact/adapter ] && run "llama.cpp with exact GELU" .engines/llama.cpp-exact/adapter
+[ -d .engines/onnxruntime/node_modules ] &&
+  TINYGPT_ORT_MODULES=$PWD/.engines/onnxruntime/node_modules run "ONNX Runtime (onnxruntime-node)" /usr/bin/node engines/onnxruntime/adapter.mjs
+run "python reference (python3-torch)" /usr/bin/python3 checks/engines/python_reference.py
+echo "| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |"
+echo "| --- | --- | --- | --- | --- | --- | ---: |"
+printf '%s\n' "${rows[@]}"
