@@ -148,6 +148,9 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
     load_weights(model, ck.tensors);
     torch::load(opt, optim.string());
     gen.set_state(from_hex(st.at("generator").get<std::string>()));
+    // A kill while last.safetensors was copied leaves it one generation behind the committed
+    // state; when that state is the final step no save follows, so bring it up to date now.
+    write_atomically_via(last_ckpt.string(), [&](const std::string& tmp) { fs::copy_file(weights, tmp); });
     // Rows logged after the last saved step are run again: drop them so each step appears once.
     std::ifstream in(csv);
     std::string line, kept = csv_header;

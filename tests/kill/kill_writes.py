@@ -277,6 +277,19 @@ def part_train(a, rng):
         fail("train_log.csv after the kills differs from the uninterrupted run's (step, lr, losses)")
     if not any(s > 0 for s in resumed_from):
         fail("no kill left a resume state: the kills all landed before the first validation")
+    # A kill while the final step's last.safetensors is copied leaves the resume state at the last
+    # step and last.safetensors one generation behind; --resume then has no step to run and must
+    # still bring last.safetensors up to date (the random kills above hit this only by chance).
+    stale = os.path.join(a.work, "train-stale")
+    shutil.rmtree(stale, ignore_errors=True)
+    shutil.copytree(ref, stale)
+    shutil.copyfile(os.path.join(a.golden, "fixture.safetensors"), os.path.join(stale, "last.safetensors"))
+    r = subprocess.run(base + ["--out", stale, "--resume"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    got = safetensors_tensors(os.path.join(stale, "last.safetensors"))
+    if r.returncode != 0 or got != want:
+        fail(f"train --resume of a finished run left a stale last.safetensors (exit {r.returncode})")
+    else:
+        print("kill-test: --resume of a finished run brings a stale last.safetensors up to date", flush=True)
 
 
 def main():
