@@ -3,15 +3,24 @@
 
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 #include <unistd.h>
 
 #include "bench.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "model_source.h"
+#include "tinygpt/checks/conform.h"
 #include "tinygpt/checks/report.h"
 
 namespace tinygpt::cli {
+
+namespace {
+// --cache left at its default (rolling,static) means "not given".
+bool cmd_caches_given(const std::vector<std::string>& caches) {
+  return caches != checks::BenchOptions{}.caches;
+}
+}  // namespace
 
 Command add_bench(CLI::App& app) {
   struct Opts {
@@ -21,6 +30,9 @@ Command add_bench(CLI::App& app) {
     std::string json;
     bool no_uncached = false, profile = false;
     int64_t profile_batch = 1;
+    std::string vs_engine;
+    checks::VsEngineOptions vs;
+    double timeout_s = 120;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -33,7 +45,11 @@ Command add_bench(CLI::App& app) {
       "Each cell also gets this machine's bound, measured in the same run: every step must read the weights\n"
       "and the cached keys and values and do its FLOPs, so it takes at least max(bytes / read rate, FLOPs /\n"
       "1024^3 matmul rate); 'of bound' is the cached rate against it.\n"
-      "With --profile: where one decode step's time goes (batch 1, or --profile-batch), per cache.");
+      "With --profile: where one decode step's time goes (batch 1, or --profile-batch), per cache.\n"
+      "With --vs-engine CMD: ours against a conform engine's own decode loop instead (the protocol's 'bench'\n"
+      "request; the llama.cpp adapter and the example engine have it): the --checkpoint (default: the fixture),\n"
+      "--batch, --steps decode steps after a --prompt-len prompt, --threads for both, best of --reps interleaved\n"
+      "runs; prints the ratio, each side's share of the machine's bound and whether their greedy tokens agree.");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
@@ -44,6 +60,13 @@ Command add_bench(CLI::App& app) {
   cmd->add_flag("--no-uncached", o->no_uncached, "skip the uncached loop (its 1024-token rows take minutes at batch 16)");
   cmd->add_flag("--profile", o->profile, "also break one decode step down into its parts, per cache");
   cmd->add_option("--profile-batch", o->profile_batch, "rows of the profiled step")->capture_default_str()->check(kPositive);
+  cmd->add_option("--vs-engine", o->vs_engine, "time this conform engine's decode beside ours (see above)");
+  cmd->add_option("--steps", o->vs.steps, "--vs-engine: decode steps per run (prompt + steps within the window)")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--reps", o->vs.reps, "--vs-engine: interleaved runs per side and batch; each side's best counts")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--timeout", o->timeout_s, "--vs-engine: seconds to wait for each engine answer")->capture_default_str()
+      ->check(kPositive);
   cmd->add_option("--json", o->json, "write {machine, rows, memory, peak_rss_bytes[, profile]} here (atomically)");
   add_model_options(cmd, o->model);
   add_run_options(cmd, o->run);
@@ -51,12 +74,33 @@ Command add_bench(CLI::App& app) {
             const c10::Device dev = apply_run_options(o->run);
             o->bench.uncached = !o->no_uncached;
             for (const auto& c : o->bench.caches) checks::cache_registry().get(c);  // unknown names fail before timing
-            GPT model = load_model(o->model, dev);
             const bool tty = isatty(2);
             auto progress = [tty](const std::string& s) {
               if (tty) std::cerr << "\r\033[Kbench: " << s << std::flush;
               else std::cerr << "bench: " << s << "\n";
             };
+            if (!o->vs_engine.empty()) {
+              if (dev.type() != c10::kCPU) throw std::invalid_argument("bench --vs-engine: CPU only (engines run on the CPU here)");
+              if (o->bench.caches.size() != 1 && cmd_caches_given(o->bench.caches))
+                throw std::invalid_argument("bench --vs-engine: one --cache at a time");
+              o->vs.batches = o->bench.batches;
+              o->vs.prompt_len = o->bench.prompt_len;
+              o->vs.cache = cmd_caches_given(o->bench.caches) ? o->bench.caches.front() : "static";
+              checks::VsEngineReport rep;
+              try {
+                checks::LoadedEngine engine(o->vs_engine, o->model.checkpoint, o->timeout_s, progress);
+                rep = checks::run_vs_engine(engine, o->vs_engine, o->vs, progress);
+              } catch (const checks::EngineUnusable& e) {
+                if (tty) std::cerr << "\r\033[K";
+                std::cerr << "tinygpt: error: " << e.what() << "\n";
+                return int(kBadInput);
+              }
+              if (tty) std::cerr << "\r\033[K";
+              std::cout << rep.format();
+              if (!o->json.empty()) checks::write_json_atomically(o->json, rep.to_json());
+              return int(kOk);
+            }
+            GPT model = load_model(o->model, dev);
             auto rep = checks::run_bench(model, o->bench, progress);
             nlohmann::json doc = rep.to_json();
             std::vector<checks::StepProfile> profiles;

@@ -56,10 +56,13 @@ Command add_conform(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--no-past-window", c.no_past_window,
                 "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
+  cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,
+                "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
   cmd->add_option("--timeout", c.timeout_s, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
   cmd->add_option("--checks", c.groups,
                   "run only these: model check names (tokens, logits, window-reference, reset, teacher-forced, sampled,\n"
-                  "long-prompt, batch, self) and/or sampler (every sampler row); default all")
+                  "long-prompt, batch, self, ragged, join-leave, fork, rollback, batch-sizes) and/or sampler (every\n"
+                  "sampler row); default all")
       ->delimiter(',');
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");

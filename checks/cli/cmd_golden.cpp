@@ -124,6 +124,7 @@ Command add_verify(CLI::App& app) {
     std::string json = "tinygpt-verify.json", junit;
     int64_t tokens = 600;
     std::string faults = "all";
+    bool require_batch_invariance = false;
     ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
@@ -143,6 +144,8 @@ Command add_verify(CLI::App& app) {
   cmd->add_option("--faults", o->faults,
                   "faults for the fault matrix: all, none, or names, comma-separated (`tinygpt inject --help` lists them)")
       ->capture_default_str();
+  cmd->add_flag("--require-batch-invariance", o->require_batch_invariance,
+                "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
   o->report.add(cmd, /*bench=*/true);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
@@ -151,6 +154,7 @@ Command add_verify(CLI::App& app) {
             checks::VerifyOptions vo;
             vo.device = dev;
             vo.tokens = o->tokens;
+            vo.require_batch_invariance = o->require_batch_invariance;
             if (o->faults != "all") {  // named faults are checked before the run too
               vo.faults.emplace();
               if (o->faults != "none") {

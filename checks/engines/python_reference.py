@@ -19,12 +19,18 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
     gelu-tanh          GELU by the tanh approximation (llama.cpp's ggml_gelu)
 TINYGPT_ENGINE_DECLARE=a,b adds `deviations` to the hello answer (e.g. gelu-tanh, top-k-exact).
+
+Protocol 2 (rows by id: ragged prefills, rows joining and leaving, fork, truncate): each row keeps
+its own cache, every entry it ever stored, and attends to its window (the newest `context` plus the
+new ones); a rollback past the window brings the older entries back, as SPEC 4's window over the
+remaining sequence requires. TINYGPT_ENGINE_PROTOCOL=1 makes it a protocol 1 engine again.
 """
 import json
 import math
 import os
 import pickle
 import sys
+import time
 
 import torch
 
@@ -37,8 +43,41 @@ KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-d
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
 
+# The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
+PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "2"))
+
+
 def has(name):
     return name in VARIANTS
+
+
+@torch.no_grad()
+def row_forward(model, ids, row, start):
+    """One row's tokens ids (1, T) at positions start.. through the row's own cache (a list of per-layer
+    [K, V] holding every entry the row stored); attends to the window plus the new ones. (V) logits."""
+    ctx = model.c["context"]
+    x = model.emb(ids)
+    B, T, C = x.shape
+    for layer, b in enumerate(model.blocks):
+        a = b.attn
+        h = b.norm1(x)
+        q, k, v = a.qkv(h).split(C, dim=-1)
+        q, k, v = (t.view(B, T, a.n_heads, -1).transpose(1, 2) for t in (q, k, v))
+        q, k = ref.rope_at(q, start), ref.rope_at(k, start)
+        K, V = row["kv"][layer]
+        seen = min(K.shape[2], ctx)
+        Ka = torch.cat([K[:, :, K.shape[2] - seen:], k], dim=2)
+        Va = torch.cat([V[:, :, V.shape[2] - seen:], v], dim=2)
+        row["kv"][layer] = [torch.cat([K, k], dim=2), torch.cat([V, v], dim=2)]
+        att = q @ Ka.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if T > 1:
+            S = Ka.shape[2]
+            mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            att = att.masked_fill(~mask, float("-inf"))
+        y = (att.softmax(-1) @ Va).transpose(1, 2).reshape(B, T, C)
+        x = x + a.out(y)
+        x = x + b.mlp(b.norm2(x))
+    return model.head(model.norm(x))[0, -1]
 
 
 def f16_forward(self, x, cache=None, start=0):
@@ -86,6 +125,55 @@ class Engine:
 
     def reset(self):
         self.caches, self.pos = None, 0
+        self.rows = {}  # protocol 2: row id -> {"kv": [[K, V] per layer], "pos": next position}
+
+    def new_row(self):
+        layers, heads = len(self.model.blocks), self.model.blocks[0].attn.n_heads
+        hd = self.model.c["d_model"] // heads
+        empty = lambda: torch.zeros(1, heads, 0, hd)  # noqa: E731
+        rid = next(i for i in range(len(self.rows) + 1) if i not in self.rows)
+        self.rows[rid] = {"kv": [[empty(), empty()] for _ in range(layers)], "pos": 0}
+        return rid
+
+    def add_rows(self, ids):
+        if self.model is None:
+            raise ValueError("no model loaded")
+        out, made = [], []
+        for r in ids:
+            if not r:
+                raise ValueError("an empty row")
+            rid = self.new_row()
+            row = self.rows[rid]
+            x = torch.tensor([r[-self.model.c["context"]:]], dtype=torch.long)
+            out.append(row_forward(self.model, x, row, 0).tolist())
+            row["pos"] = x.shape[1]
+            made.append(rid)
+        return out, made
+
+    def step_rows(self, rows, ids):
+        out = []
+        for rid, r in zip(rows, ids):
+            if rid not in self.rows or len(r) != 1:
+                raise ValueError("row %r is not live, or not one id" % rid)
+            row = self.rows[rid]
+            out.append(row_forward(self.model, torch.tensor([r], dtype=torch.long), row, row["pos"]).tolist())
+            row["pos"] += 1
+        return out
+
+    def fork(self, rid):
+        if rid not in self.rows:
+            raise ValueError("row %r is not live" % rid)
+        new = self.new_row()
+        src = self.rows[rid]
+        self.rows[new] = {"kv": [[K.clone(), V.clone()] for K, V in src["kv"]], "pos": src["pos"]}
+        return new
+
+    def truncate(self, rid, n):
+        row = self.rows[rid]
+        if n < 0 or n > row["pos"]:
+            raise ValueError("cannot drop %d tokens" % n)
+        row["kv"] = [[K[:, :, :K.shape[2] - n], V[:, :, :V.shape[2] - n]] for K, V in row["kv"]]
+        row["pos"] -= n
 
     def load(self, req):
         if req.get("format") != "pt":
@@ -121,6 +209,29 @@ class Engine:
         logits = self.model(x, self.caches, start)[:, -1]  # (B, V)
         self.pos += x.shape[1]
         return logits.tolist()
+
+    @torch.no_grad()
+    def bench(self, ids, n, threads):
+        """The engine's own greedy loop, timed here: prefill, then n one-token steps, inside the window."""
+        if self.model is None:
+            raise ValueError("no model loaded")
+        x = torch.tensor(ids, dtype=torch.long)
+        if x.dim() != 2 or n < 1 or x.shape[1] + n > self.model.c["context"]:
+            raise ValueError("bench takes B rows of equal length and n >= 1 steps inside the window")
+        torch.set_num_threads(threads)
+        caches = [{} for _ in self.model.blocks]
+        t0 = time.perf_counter()
+        logits = self.model(x, caches, 0)[:, -1]
+        t1 = time.perf_counter()
+        out, pos = [], x.shape[1]
+        for _ in range(n):
+            nxt = logits.argmax(-1, keepdim=True)  # (B, 1)
+            out.append(nxt)
+            logits = self.model(nxt, caches, pos)[:, -1]
+            pos += 1
+        t2 = time.perf_counter()
+        out.append(logits.argmax(-1, keepdim=True))
+        return {"ok": True, "prefill_s": t1 - t0, "decode_s": t2 - t1, "ids": torch.cat(out, 1).tolist()}
 
 
 def sample(req):
@@ -162,6 +273,7 @@ def main():
     if VARIANTS - KNOWN:
         sys.exit("python_reference.py: unknown TINYGPT_ENGINE_FAULT %r" % sorted(VARIANTS - KNOWN))
     engine = Engine()
+    rows_mode = False  # protocol 2, once hello agreed on it
     for line in sys.stdin:
         req = json.loads(line)
         op = req.get("op")
@@ -171,6 +283,10 @@ def main():
             if op == "hello":
                 out = {"ok": True, "name": "python-reference" + (" (%s)" % ",".join(sorted(VARIANTS)) if VARIANTS else ""),
                        "formats": ["pt"]}
+                rows_mode = PROTOCOL >= 2 and req.get("protocol", 1) >= 2
+                if rows_mode:
+                    out["protocol"] = 2
+                    out["operations"] = ["ragged", "join", "fork", "truncate", "bench"]
                 if DECLARE:
                     out["deviations"] = DECLARE
             elif op == "load":
@@ -180,8 +296,23 @@ def main():
                 if not has("no-reset"):
                     engine.reset()
                 out = {"ok": True}
+            elif op == "prefill" and rows_mode:
+                logits, made = engine.add_rows(req["ids"])
+                out = {"ok": True, "logits": logits, "rows": made}
+            elif op == "step" and rows_mode:  # without "rows": every live row, in order
+                out = {"ok": True, "logits": engine.step_rows(req.get("rows", sorted(engine.rows)), req["ids"])}
             elif op in ("prefill", "step"):
                 out = {"ok": True, "logits": engine.run(req["ids"], op == "step")}
+            elif op == "fork":
+                out = {"ok": True, "row": engine.fork(req["row"])}
+            elif op == "truncate":
+                engine.truncate(req["row"], req["n"])
+                out = {"ok": True}
+            elif op == "release":
+                engine.rows.pop(req["row"], None)
+                out = {"ok": True}
+            elif op == "bench":
+                out = engine.bench(req["ids"], int(req["n"]), int(req.get("threads", 1)))
             elif op == "sample":
                 out = {"ok": True, "ids": sample(req)}
             else:

@@ -5,6 +5,7 @@
 #include "faults.h"
 #include "tinygpt/graph_step.h"
 #include "tinygpt/ring_kv_cache.h"
+#include "tinygpt/fused_step.h"
 #include "tinygpt/static_kv_cache.h"
 
 #include <torch/cuda.h>
@@ -70,9 +71,11 @@ CacheRegistry& cache_registry() {
     r.add(std::move(rolling));
     CacheVariant fast;
     fast.name = "static";
-    fast.description = "preallocated K/V buffers written in place, with the matvec product kernel (the fastest CPU path)";
+    fast.description = "preallocated K/V buffers written in place, with our decode kernels in one fused step (the fastest CPU path)";
     fast.make_cache = [](const Config& c) { return std::make_unique<StaticKVCache>(c); };
     fast.kernels = Kernels::Decode;
+    // The fused step writes into the cache the factory made just before (a prefill, a GPU: the model's step).
+    fast.make_step = [](KVCache& cache) { return std::make_unique<FusedCpuStep>(static_cast<StaticKVCache&>(cache)); };
     r.add(std::move(fast));
     if (torch::cuda::is_available()) {
       CacheVariant graph;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "tinygpt/rope.h"
+#include "tinygpt/serving.h"
 #include "tinygpt/static_kv_cache.h"
 
 namespace tinygpt::checks {
@@ -219,6 +220,92 @@ class HistoryWithoutPrompt final : public DecodeSchedule {
   }
 };
 
+// --- serving faults: what a server does to a cache (serving.h) ---
+
+// A cache of in-place buffers behind a handle; the serving faults below change one operation.
+class Wrapped : public KVCache {
+ public:
+  explicit Wrapped(std::shared_ptr<KVCache> inner) : inner_(std::move(inner)) {}
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override { return inner_->update(l, k, v); }
+  void reset() override { inner_->reset(); }
+  int64_t length() const override { return inner_->length(); }
+  int64_t bytes() const override { return inner_->bytes(); }
+  int64_t capacity_bytes() const override { return inner_->capacity_bytes(); }
+  std::string row_ops_unsupported() const override { return ""; }
+  void truncate(int64_t n) override { inner_->truncate(n); }
+
+ protected:
+  std::shared_ptr<KVCache> inner_;
+};
+
+// A fork that copies the handle, not the entries: parent and child write into one storage.
+class ForkSharesStorage final : public Wrapped {
+ public:
+  explicit ForkSharesStorage(const Config& c) : Wrapped(std::make_shared<StaticKVCache>(c)) {}
+  explicit ForkSharesStorage(std::shared_ptr<KVCache> shared) : Wrapped(std::move(shared)) {}
+  std::unique_ptr<KVCache> clone() const override { return std::make_unique<ForkSharesStorage>(inner_); }
+};
+
+// A rollback one entry short: one rejected draft token stays in the cache.
+class TruncateOffByOne final : public Wrapped {
+ public:
+  explicit TruncateOffByOne(const Config& c) : Wrapped(std::make_shared<StaticKVCache>(c)) {}
+  explicit TruncateOffByOne(std::unique_ptr<KVCache> inner) : Wrapped(std::move(inner)) {}
+  void truncate(int64_t n) override { inner_->truncate(n > 0 ? n - 1 : 0); }
+  std::unique_ptr<KVCache> clone() const override { return std::make_unique<TruncateOffByOne>(inner_->clone()); }
+};
+
+// A rolling cache that keeps only the window: a rollback past it cannot bring back the entries the
+// drafts pushed out, so the window is short by the rolled-back count. SPEC 4's window after a
+// rollback is the last `context` tokens of the remaining sequence, older entries included.
+class TruncateForgetsTheWindow final : public FaultyCache {
+ public:
+  using FaultyCache::FaultyCache;
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
+    at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
+    k_[l] = last(K, context_);
+    v_[l] = last(V, context_);
+    return {K, V};
+  }
+  std::string row_ops_unsupported() const override { return ""; }
+  void truncate(int64_t n) override {
+    for (size_t l = 0; l < k_.size(); ++l) {
+      if (!k_[l].defined()) continue;
+      const int64_t keep = k_[l].size(2) - n;
+      k_[l] = keep > 0 ? k_[l].narrow(2, 0, keep) : at::Tensor();
+      v_[l] = keep > 0 ? v_[l].narrow(2, 0, keep) : at::Tensor();
+    }
+  }
+  std::unique_ptr<KVCache> clone() const override {
+    auto c = std::make_unique<TruncateForgetsTheWindow>(*this);
+    for (size_t l = 0; l < k_.size(); ++l)
+      if (k_[l].defined()) c->k_[l] = k_[l].clone(), c->v_[l] = v_[l].clone();
+    return c;
+  }
+};
+
+// Left padding without per-row positions: a ragged prefill's tokens numbered by their column in the
+// padded batch, so a shorter row's prompt sits `pad` positions late, while its decode steps count the
+// row's own tokens: the first step lands `pad` positions too close to its prompt. (A shift of a whole
+// row would be invisible to RoPE, which sees distances only.)
+class PaddedPositions final : public ServingSchedule {
+ public:
+  int64_t prefill_position(int64_t col, int64_t) const override { return col; }
+};
+
+// One position counter for the whole batch: a row that joined later (or a shorter row) is stepped at
+// the longest row's position, not its own.
+class BatchPositionForEveryRow final : public ServingSchedule {
+ public:
+  int64_t step_position(int64_t, int64_t batch_next) const override { return batch_next; }
+};
+
+// A released row's slot handed to a new row as it was: the new row starts on the old one's entries.
+class SlotReusedWithoutReset final : public ServingSchedule {
+ public:
+  void reuse(KVCache&) const override {}
+};
+
 // Faults are the fastest production path (the preallocated cache and the matvec kernel) with one
 // decision changed; cache faults bring their own storage.
 CacheVariant fault(std::string name, std::string description, std::vector<std::string> expected) {
@@ -243,6 +330,23 @@ template <typename Cache>
 CacheVariant cache_fault(std::string name, std::string description, std::vector<std::string> expected) {
   CacheVariant v = fault(std::move(name), std::move(description), std::move(expected));
   v.make_cache = [](const Config& c) { return std::make_unique<Cache>(c); };
+  return v;
+}
+
+const std::vector<std::string> kServingChecks = {"ragged", "join-leave", "fork", "rollback"};
+
+template <typename Cache>
+CacheVariant serving_cache_fault(std::string name, std::string description, std::string expected) {
+  CacheVariant v = cache_fault<Cache>(std::move(name), std::move(description), {std::move(expected)});
+  v.checks = kServingChecks;
+  return v;
+}
+
+template <typename Schedule>
+CacheVariant serving_loop_fault(std::string name, std::string description, std::string expected) {
+  CacheVariant v = fault(std::move(name), std::move(description), {std::move(expected)});
+  v.serving = std::make_shared<Schedule>();
+  v.checks = kServingChecks;
   return v;
 }
 
@@ -285,6 +389,17 @@ void register_faults(CacheRegistry& r) {
   r.add(cache_fault<RowsMixed>("rows-mixed", "row b's keys and values stored as row b+1's", {"batch"}));
   r.add(cache_fault<PrefillRowsShifted>("prefill-rows-shifted", "the prompt's entries stored one row off (admission into the wrong slot)",
                                         {"batch"}));
+  // Serving faults: each runs the serving checks (the default ones never drive rows apart).
+  r.add(serving_loop_fault<PaddedPositions>("ragged-padded-positions",
+                                            "a ragged prefill's positions counted from the padded length (left padding)", "ragged"));
+  r.add(serving_loop_fault<BatchPositionForEveryRow>("joined-row-at-batch-position",
+                                                     "a row that joined a running batch stepped at the batch's position", "join-leave"));
+  r.add(serving_loop_fault<SlotReusedWithoutReset>("released-slot-not-reset",
+                                                   "a left row's cache slot handed to a new row without a reset", "join-leave"));
+  r.add(serving_cache_fault<ForkSharesStorage>("fork-shares-storage", "a forked row's cache shares its parent's storage", "fork"));
+  r.add(serving_cache_fault<TruncateOffByOne>("truncate-off-by-one", "a rollback drops one entry too few", "rollback"));
+  r.add(serving_cache_fault<TruncateForgetsTheWindow>(
+      "truncate-forgets-the-window", "a rollback past the window does not bring back the entries the drafts pushed out", "rollback"));
 }
 
 }  // namespace tinygpt::checks

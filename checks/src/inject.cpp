@@ -9,8 +9,26 @@
 #include <sstream>
 
 #include "tinygpt/checks/parallel_runs.h"
+#include "tinygpt/checks/target.h"
 
 namespace tinygpt::checks {
+
+bool FaultOutcome::ran(const std::string& check) const {
+  return std::any_of(checks.begin(), checks.end(), [&](const CheckResult& c) { return c.name == check; });
+}
+
+std::vector<std::string> InjectionReport::check_names() const {
+  std::vector<std::string> out;
+  for (const auto& name : tinygpt::checks::check_names()) {
+    bool used = false;
+    for (const auto& f : faults) used |= f.ran(name);
+    if (faults.empty())
+      for (const auto& c : controls)
+        used |= std::any_of(c.checks.begin(), c.checks.end(), [&](const CheckResult& r) { return r.name == name; });
+    if (used) out.push_back(name);
+  }
+  return out;
+}
 
 bool FaultOutcome::caught() const {
   return std::any_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.failed(); });
@@ -65,6 +83,8 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
   if (io.workers < 0) throw std::invalid_argument("inject: workers must be >= 0");
   EquivalenceOptions fopts = opts;
   if (io.fault_tokens > 0) fopts.tokens = io.fault_tokens;
+  if (io.fault_side_tokens < 0) throw std::invalid_argument("inject: fault side tokens must be >= 0");
+  if (io.fault_side_tokens > 0) fopts.batch_tokens = fopts.sampled_tokens = std::min(io.fault_side_tokens, fopts.tokens);
   const int64_t drift_tokens = std::min(io.drift_tokens, fopts.tokens);
   Reference built;
   if (!io.reference) {
@@ -81,11 +101,13 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
   run_in_parallel(runs, io.workers > 0 ? io.workers : default_workers(opts.prompt.device()), [&](size_t i) {
     if (i < controls.size()) {
       say("negative control: " + controls[i]->name);
-      results[i] = check_equivalence(model, opts, ref, *controls[i]);
+      ModelTarget target(model, *controls[i]);
+      results[i] = run_checks(model, opts, target, io.control_checks, &ref);
       return;
     }
     const CacheVariant* v = faults[i - controls.size()];
-    results[i] = check_equivalence(model, fopts, fref, *v);
+    ModelTarget target(model, *v);
+    results[i] = run_checks(model, fopts, target, v->checks, &fref);
     say("fault " + std::to_string(++faults_done) + "/" + std::to_string(faults.size()) + " checked: " + v->name);
   });
 
@@ -109,7 +131,10 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
       if (d->first_position_over && (!first || *d->first_position_over < *first)) first = d->first_position_over;
     }
     f.first_logit_position_over = first;
-    if (!r.produced.defined() || !correct.defined()) {
+    f.drift_measured = r.check("tokens") != nullptr;
+    if (!f.drift_measured) {
+      // a serving fault's run makes no greedy main run: no drift to measure
+    } else if (!r.produced.defined() || !correct.defined()) {
       f.drift_after = 0;  // it could not even generate
     } else {
       const int64_t parts = steps_before_parting(r.produced, correct, opts.prompt.size(1), drift_tokens);
@@ -122,11 +147,7 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
 
 std::string format_injection(const InjectionReport& r) {
   std::ostringstream s;
-  std::vector<std::string> names;
-  if (!r.faults.empty())
-    for (const auto& c : r.faults.front().checks) names.push_back(c.name);
-  else if (!r.controls.empty())
-    for (const auto& c : r.controls.front().checks) names.push_back(c.name);
+  const std::vector<std::string> names = r.check_names();
   // CAUGHT / missed per check; a check the fault expects to catch it and that missed is MISSED!.
   char cell[64];
   std::snprintf(cell, sizeof cell, "%-24s", "fault");
@@ -141,12 +162,14 @@ std::string format_injection(const InjectionReport& r) {
     s << cell;
     for (size_t k = 0; k < names.size(); ++k) {
       const bool expected = std::find(f.expected.begin(), f.expected.end(), names[k]) != f.expected.end();
-      const bool err = k < f.checks.size() && f.checks[k].status == Status::Error;
-      const char* v = k < f.checks.size() && f.checks[k].failed() ? "CAUGHT" : err ? "ERROR" : (expected ? "MISSED!" : "missed");
+      const auto errors = f.errors();
+      const bool err = std::find(errors.begin(), errors.end(), names[k]) != errors.end();
+      const char* v = f.caught_by(names[k]) ? "CAUGHT" : err ? "ERROR" : !f.ran(names[k]) ? "-" : (expected ? "MISSED!" : "missed");
       std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(names[k].size(), 7)), v);
       s << cell;
     }
-    const std::string drift = f.drift_after ? "after " + std::to_string(*f.drift_after) : "none/" + std::to_string(f.drift_window);
+    const std::string drift = !f.drift_measured ? "-" : f.drift_after ? "after " + std::to_string(*f.drift_after)
+                                                                      : "none/" + std::to_string(f.drift_window);
     char over[96];
     if (f.first_logit_position_over)
       std::snprintf(over, sizeof over, "pos %lld (%.2e)", static_cast<long long>(*f.first_logit_position_over), f.worst_logit_diff);

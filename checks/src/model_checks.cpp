@@ -7,6 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "model_checks.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/generate.h"
 
@@ -67,9 +68,13 @@ void set(CheckResult& r, bool ok, std::string detail) {
   r.detail = std::move(detail);
 }
 
+}  // namespace
+
+void set_result(CheckResult& r, bool ok, std::string detail) { set(r, ok, std::move(detail)); }
+
 // Runs the two comparisons of a loop run against its references (full inside the window, banded
 // every step) and fills `r`; returns the banded one.
-StepDiffs judge(CheckResult& r, const Tolerances& t, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len) {
+StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len) {
   const double tol = t.logits;
   const StepDiffs full = compare_steps(logits, ref.full, prompt_len - 1, tol);
   StepDiffs band = compare_steps(logits, ref.band, prompt_len - 1, tol);
@@ -80,6 +85,9 @@ StepDiffs judge(CheckResult& r, const Tolerances& t, const at::Tensor& logits, c
   else set(r, band_ok, "vs banded reference: " + describe_steps(band, tol, ref.band) + "; " + stats_line(band));
   return band;
 }
+
+namespace {
+
 
 // 1. The target's greedy tokens against the uncached run: the first context - T0 must match (SPEC 4).
 void tokens_check(CheckContext& c, CheckResult& r) {
@@ -191,7 +199,7 @@ void sampled_check(CheckContext& c, CheckResult& r) {
   };
   const Generation run = c.target.generate(o.prompt, n, draw_and_watch);
   const StepReference s = reference_for(c.model, run.seq.to(o.prompt.device()), T0, n);
-  judge(r, o.tolerance, run.logits, s, T0);
+  judge_row(r, o.tolerance, run.logits, s, T0);
   if (!r.ok()) return;
   if (!history_error.empty()) return set(r, false, history_error);
   at::Generator replay = make_generator(o.prompt.device(), o.sampling_seed);
@@ -214,7 +222,7 @@ void long_prompt_check(CheckContext& c, CheckResult& r) {
   at::Generator gen = at::detail::createCPUGenerator(7);
   at::Tensor prompt = at::randint(0, V, {1, ctx + c.opts.long_extra}, gen, at::kLong).to(c.opts.prompt.device());
   const Generation run = c.target.generate(prompt, c.opts.long_tokens, greedy());
-  judge(r, c.opts.tolerance, run.logits, reference_for(c.model, run.seq.to(prompt.device()), prompt.size(1), c.opts.long_tokens),
+  judge_row(r, c.opts.tolerance, run.logits, reference_for(c.model, run.seq.to(prompt.device()), prompt.size(1), c.opts.long_tokens),
         prompt.size(1));
   r.detail = std::to_string(prompt.size(1)) + "-token prompt, " + r.detail;
 }
@@ -238,7 +246,7 @@ void batch_check(CheckContext& c, CheckResult& r) {
     const at::Tensor seq = batched.seq.narrow(0, b, 1).to(o.prompt.device());  // (1, T0 + n)
     const at::Tensor got = batched.logits.narrow(0, b, 1);                      // (1, n, V)
     const StepReference alone = reference_for(c.model, seq, T0, n);
-    const StepDiffs band = judge(r, o.tolerance, got, alone, T0);
+    const StepDiffs band = judge_row(r, o.tolerance, got, alone, T0);
     worst = std::max(worst, band.worst);
     if (b == 0 || band.worst > all.worst) all = band;
     if (!r.ok()) return void(r.detail = row + " vs its sequence alone, " + r.detail);
@@ -349,7 +357,7 @@ void self_check(CheckContext& c, CheckResult& r) {
 }  // namespace
 
 const std::vector<CheckDef>& model_checks() {
-  static const std::vector<CheckDef> table = {
+  static std::vector<CheckDef> table = {
       {"tokens", "the first context - prompt_len greedy tokens equal the uncached run's (the seed's 253)", tokens_check},
       {"logits", "every step's logits inside the window equal the full forward's, within the tolerance", logits_check},
       {"window-reference", "every step's logits, past the window too, equal the banded (rolling-cache) reference's",
@@ -368,6 +376,11 @@ const std::vector<CheckDef>& model_checks() {
       {"self", "each cached step inside the window equals the target's own prefill of the same tokens "
                "(the target's approximations cancel; only its cache can part them)", self_check, /*in_default=*/false},
   };
+  static const bool with_serving = [] {
+    for (auto& row : serving_check_rows()) table.push_back(std::move(row));
+    return true;
+  }();
+  (void)with_serving;
   return table;
 }
 

@@ -29,6 +29,16 @@ Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenC
   return {seq, keep.stacked()};
 }
 
+namespace {
+[[noreturn]] void unsupported(const DecodeTarget& t) { throw std::logic_error(t.serving_unsupported("serving operations")); }
+}  // namespace
+
+std::vector<int64_t> DecodeTarget::add_rows(const std::vector<std::vector<int64_t>>&, at::Tensor&) { unsupported(*this); }
+at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vector<int64_t>&) { unsupported(*this); }
+int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
+void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
+void DecodeTarget::release_row(int64_t) { unsupported(*this); }
+
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
     : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
       sampler_(props::production_sampler()) {}
@@ -40,7 +50,34 @@ int64_t ModelTarget::context() const { return model_->config().context; }
 void ModelTarget::reset() {
   decoder_.cache->reset();
   fed_ = 0;
+  rows_.reset();
 }
+
+std::string ModelTarget::serving_unsupported(const std::string&) const {
+  // Rows decode through the model's own step at per-row positions (serving.h), not through a step
+  // function bound to one cache: whether the variant's caches can be cloned and truncated decides.
+  return variant_->make_cache(model_->config())->row_ops_unsupported();
+}
+
+RowBatch& ModelTarget::rows() {
+  if (!rows_) {
+    const std::string why = serving_unsupported("");
+    if (!why.empty()) throw std::logic_error(why);
+    const CacheVariant* v = variant_;
+    const Config cfg = model_->config();
+    rows_ = std::make_unique<RowBatch>(*model_, [v, cfg] { return v->make_cache(cfg); }, decoder_.path,
+                                       v->serving ? *v->serving : production_serving());
+  }
+  return *rows_;
+}
+
+std::vector<int64_t> ModelTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
+  return rows().add(prompts, logits);
+}
+at::Tensor ModelTarget::step_rows(const std::vector<int64_t>& r, const std::vector<int64_t>& ids) { return rows().step(r, ids); }
+int64_t ModelTarget::fork_row(int64_t row) { return rows().fork(row); }
+void ModelTarget::truncate_row(int64_t row, int64_t n) { rows().truncate(row, n); }
+void ModelTarget::release_row(int64_t row) { rows().release(row); }
 
 at::Tensor ModelTarget::prefill(const at::Tensor& ids) {
   at::NoGradGuard no_grad;

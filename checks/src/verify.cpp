@@ -68,16 +68,23 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   const int64_t vocab = fx.model->config().vocab_size;
 
   // Batch 1: every production cache (the negative controls) at the seed's 600 tokens, and every
-  // fault through every check at context + 64 tokens (past the window, half the cost).
+  // fault through every check at context + 16 tokens (past the window, under half the cost).
   EquivalenceOptions opts;
   opts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev);
   opts.tokens = o.tokens;
+  opts.require_batch_invariance = o.require_batch_invariance;
   say("reference: uncached greedy run, full-forward and banded logits");
   const Reference ref = build_reference(fx.model, opts);
   InjectionOptions io;
   io.controls = production;
   io.reference = &ref;
-  io.fault_tokens = std::min(o.tokens, fx.model->config().context + 64);
+  // The production caches also run what serving engines do to a cache, and batch sizes 1 to 8.
+  for (const auto& c : model_checks())
+    if (c.name != "self") io.control_checks.push_back(c.name);  // self: our prefill is what logits compares with
+  // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
+  // and 48 tokens for their batch and sampled checks (the faults those are for show at once).
+  io.fault_tokens = std::min(o.tokens, fx.model->config().context + 16);
+  io.fault_side_tokens = 48;
   rep.matrix = run_injection(fx.model, opts, faults, io, say);
   for (const auto& c : rep.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
   if (!faults.empty()) rep.rows.push_back(matrix_row(rep.matrix));

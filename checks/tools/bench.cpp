@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/conform.h"
 #include "tinygpt/device.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/kernels.h"
@@ -342,6 +343,160 @@ std::string StepProfile::format() const {
     std::snprintf(line, sizeof line, "  %-50s %8.0f us  %5.1f%%\n", name.c_str(), us, 100.0 * us / step_us);
     s << line;
   }
+  return s.str();
+}
+
+}  // namespace tinygpt::checks
+
+// ---- ours against an engine's own loop ---------------------------------------------------------
+
+namespace tinygpt::checks {
+
+namespace {
+
+double bound_of_decode(const Config& cfg, c10::Device dev, double flops_s, int64_t batch, int64_t prompt_len, int64_t steps) {
+  std::vector<StepCost> costs = run_step_costs(cfg, batch, prompt_len, steps + 1);
+  costs.erase(costs.begin());  // the prefill: neither side's timing includes it
+  double bytes = 0;
+  for (const auto& c : costs) bytes += c.bytes;
+  const double read = measure_read_rate(dev, static_cast<int64_t>(bytes / static_cast<double>(costs.size())));
+  return static_cast<double>(batch * steps) / run_bound_seconds(costs, read, flops_s);
+}
+
+}  // namespace
+
+VsEngineReport run_vs_engine(LoadedEngine& engine, const std::string& command, const VsEngineOptions& o,
+                             const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  GPT& model = engine.model();
+  const Config& cfg = model->config();
+  const c10::Device dev(c10::kCPU);
+  if (o.prompt_len < 1 || o.steps < 1 || o.prompt_len + o.steps > cfg.context)
+    throw std::invalid_argument("bench --vs-engine: the prompt and the decode steps must fit the window (" +
+                                std::to_string(o.prompt_len) + " + " + std::to_string(o.steps) + " > " + std::to_string(cfg.context) + ")");
+  if (o.reps < 1) throw std::invalid_argument("bench --vs-engine: reps must be >= 1");
+  for (int64_t b : o.batches)
+    if (b < 1 || b > 16) throw std::invalid_argument("bench --vs-engine: batch sizes 1 to 16 (protocol engines keep 16 rows)");
+  if (!engine.supports("bench"))
+    throw EngineUnusable("engine '" + engine.name() + "' does not time its own decode: its hello lists no 'bench' operation "
+                         "(protocol 2, docs/protocol.md)");
+  const CacheVariant& variant = cache_registry().get(o.cache);
+  at::NoGradGuard no_grad;
+  const int threads = at::get_num_threads();
+
+  VsEngineReport rep;
+  rep.machine = MachineInfo::current(dev);
+  rep.engine = engine.name();
+  rep.command = command;
+  rep.cache = o.cache;
+  rep.checkpoint = engine.checkpoint();
+  rep.prompt_len = o.prompt_len;
+  rep.reps = o.reps;
+  say("measuring this machine's product rate");
+  rep.machine.product_flops_s = measure_product_rate(dev);
+
+  // The engine's loop, timed by the engine: (tok/s, its greedy tokens (B, n + 1)).
+  auto engine_run = [&](const at::Tensor& prompt, int64_t n) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int64_t b = 0; b < prompt.size(0); ++b) {
+      std::vector<int64_t> row(prompt[b].data_ptr<int64_t>(), prompt[b].data_ptr<int64_t>() + prompt.size(1));
+      ids.push_back(row);
+    }
+    const nlohmann::json a = engine.call({{"op", "bench"}, {"ids", ids}, {"n", n}, {"threads", threads}});
+    if (!a.value("ok", false)) throw EngineUnusable("engine: 'bench' answered ok false: " + a.value("error", std::string()));
+    try {
+      const double s = a.at("decode_s").get<double>();
+      std::vector<int64_t> flat;
+      for (const auto& row : a.at("ids")) {
+        const auto r = row.get<std::vector<int64_t>>();
+        if (static_cast<int64_t>(r.size()) != n + 1) throw std::runtime_error("a row of " + std::to_string(r.size()) + " ids");
+        flat.insert(flat.end(), r.begin(), r.end());
+      }
+      if (static_cast<int64_t>(flat.size()) != prompt.size(0) * (n + 1) || !(s > 0)) throw std::runtime_error("wrong shape or time");
+      return std::make_pair(static_cast<double>(prompt.size(0) * n) / s, at::tensor(flat, at::kLong).view({prompt.size(0), n + 1}));
+    } catch (const std::exception& e) {
+      throw EngineUnusable(std::string("engine: 'bench' answer is not {decode_s, ids: B rows of n + 1}: ") + e.what());
+    }
+  };
+  // Ours, timed the same way: from the first choice after the prefill to the end of the loop.
+  Decoder dec = variant.decoder(cfg);
+  auto ours_run = [&](const at::Tensor& prompt, int64_t n) {
+    std::chrono::steady_clock::time_point t0;
+    const at::Tensor seq = generate_cached(model, prompt, n + 1, greedy(), *dec.cache, dec.path, [&](int64_t i, const at::Tensor&) {
+      if (i == 0) t0 = std::chrono::steady_clock::now();
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return std::make_pair(static_cast<double>(prompt.size(0) * n) / s, seq.narrow(1, prompt.size(1), n + 1));
+  };
+
+  for (int64_t batch : o.batches) {
+    at::Generator gen = at::detail::createCPUGenerator(o.prompt_seed);
+    const at::Tensor prompt = at::randint(0, cfg.vocab_size, {batch, o.prompt_len}, gen, at::kLong);  // (B, P)
+    say("batch " + std::to_string(batch) + ": warm-up");
+    engine_run(prompt, 16);
+    ours_run(prompt, 16);
+    VsEngineRow row;
+    row.batch = batch;
+    row.steps = o.steps;
+    at::Tensor ours_ids, engine_ids;
+    for (int r = 0; r < o.reps; ++r) {
+      say("batch " + std::to_string(batch) + ": run " + std::to_string(r + 1) + " of " + std::to_string(o.reps));
+      auto [e, eids] = engine_run(prompt, o.steps);
+      auto [u, uids] = ours_run(prompt, o.steps);
+      row.engine_runs.push_back(e);
+      row.ours_runs.push_back(u);
+      engine_ids = eids;
+      ours_ids = uids;
+    }
+    row.engine_tok_s = *std::max_element(row.engine_runs.begin(), row.engine_runs.end());
+    row.ours_tok_s = *std::max_element(row.ours_runs.begin(), row.ours_runs.end());
+    row.ratio = row.ours_tok_s / row.engine_tok_s;
+    row.tokens = ours_ids.numel();
+    // Each row's tokens agree up to where they first part (after that, each follows its own text).
+    for (int64_t b = 0; b < batch; ++b) {
+      int64_t i = 0;
+      while (i < ours_ids.size(1) && ours_ids[b][i].item<int64_t>() == engine_ids[b][i].item<int64_t>()) ++i;
+      row.tokens_agree += i;
+    }
+    say("batch " + std::to_string(batch) + ": this machine's bound");
+    row.bound_tok_s = bound_of_decode(cfg, dev, rep.machine.product_flops_s, batch, o.prompt_len, o.steps);
+    rep.rows.push_back(row);
+  }
+  return rep;
+}
+
+nlohmann::json VsEngineReport::to_json() const {
+  nlohmann::json r = nlohmann::json::array();
+  for (const auto& x : rows)
+    r.push_back({{"batch", x.batch}, {"steps", x.steps}, {"ours_tok_s", x.ours_tok_s}, {"engine_tok_s", x.engine_tok_s},
+                 {"ratio", x.ratio}, {"ours_runs_tok_s", x.ours_runs}, {"engine_runs_tok_s", x.engine_runs},
+                 {"bound_tok_s", x.bound_tok_s}, {"tokens_agree", x.tokens_agree}, {"tokens", x.tokens}});
+  return {{"machine", machine.to_json()}, {"engine", engine}, {"command", command}, {"cache", cache},
+          {"checkpoint", checkpoint}, {"prompt_len", prompt_len}, {"reps", reps}, {"rows", r}};
+}
+
+std::string VsEngineReport::format() const {
+  std::ostringstream s;
+  s << "machine: " << machine.cpu << ", " << machine.threads << " threads, LibTorch " << machine.libtorch << ", BLAS "
+    << machine.blas << "\n";
+  s << "ours (cache " << cache << ") against engine '" << engine << "': greedy from " << prompt_len
+    << "-token prompts, decode steps only (the engine times its own loop), best of " << reps << " interleaved runs\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%5s %6s %11s %13s %12s %12s %9s %11s %13s\n", "batch", "steps", "ours tok/s",
+                "engine tok/s", "ours/engine", "bound tok/s", "ours of", "engine of", "same tokens");
+  s << line;
+  for (const auto& r : rows) {
+    char same[48];
+    std::snprintf(same, sizeof same, "%lld/%lld", static_cast<long long>(r.tokens_agree), static_cast<long long>(r.tokens));
+    std::snprintf(line, sizeof line, "%5lld %6lld %11.0f %13.0f %11.2fx %12.0f %8.0f%% %10.0f%% %13s\n",
+                  static_cast<long long>(r.batch), static_cast<long long>(r.steps), r.ours_tok_s, r.engine_tok_s, r.ratio,
+                  r.bound_tok_s, 100.0 * r.ours_tok_s / r.bound_tok_s, 100.0 * r.engine_tok_s / r.bound_tok_s, same);
+    s << line;
+  }
+  s << "bound: per step max(bytes read / read rate, FLOPs / product rate), measured here; 'same tokens': greedy tokens "
+       "equal before each row's first difference\n";
   return s.str();
 }
 

@@ -93,4 +93,45 @@ struct StepProfile {
 };
 StepProfile profile_step(GPT& model, const std::string& cache, int64_t context_fill, int64_t batch = 1);
 
+class LoadedEngine;
+
+// Ours against a conform engine's own decode loop (`tinygpt bench --vs-engine CMD`), one run: the
+// same checkpoint, the same greedy prompts (batch rows of prompt_len ids), the same number of
+// decode steps inside the window, the same threads. The engine times its loop itself (the protocol's
+// `bench` request: JSON never enters the timing); ours is timed the same way around the production
+// loop with the chosen cache: from the first token chosen after the prefill to the last step's
+// logits. Each cell interleaves the two `reps` times and keeps each side's best run; the greedy
+// tokens of both are compared (the engine did the same work). Every cell also gets the machine's
+// bound for its decode steps (see run_bound_seconds).
+struct VsEngineOptions {
+  std::vector<int64_t> batches{1, 16};
+  int64_t steps = 240;      // decode steps per run (prompt_len + steps <= context)
+  int64_t prompt_len = 8;
+  std::string cache = "static";
+  int reps = 3;
+  uint64_t prompt_seed = 0;
+};
+
+struct VsEngineRow {
+  int64_t batch = 0, steps = 0;
+  double ours_tok_s = 0, engine_tok_s = 0, ratio = 0;  // ratio = ours / engine
+  std::vector<double> ours_runs, engine_runs;          // tok/s of every rep
+  double bound_tok_s = 0;
+  int64_t tokens_agree = 0, tokens = 0;                // greedy tokens equal between the two, of all
+};
+
+struct VsEngineReport {
+  MachineInfo machine;
+  std::string engine, command, cache, checkpoint;
+  int64_t prompt_len = 0;
+  int reps = 0;
+  std::vector<VsEngineRow> rows;
+  nlohmann::json to_json() const;
+  std::string format() const;
+};
+
+// Throws EngineUnusable when the engine has no `bench` operation or answers it wrongly.
+VsEngineReport run_vs_engine(LoadedEngine& engine, const std::string& command, const VsEngineOptions& opts,
+                             const std::function<void(const std::string&)>& progress = {});
+
 }  // namespace tinygpt::checks

@@ -183,22 +183,19 @@ std::string verdict(const ReportInput& in) {
                   : "PASS: all " + std::to_string(t.total) + " checks passed";
 }
 
-std::vector<std::string> matrix_checks(const InjectionReport& r) {
-  std::vector<std::string> names;
-  if (!r.faults.empty())
-    for (const auto& c : r.faults.front().checks) names.push_back(c.name);
-  return names;
-}
+std::vector<std::string> matrix_checks(const InjectionReport& r) { return r.check_names(); }
 
 std::string cell(const FaultOutcome& f, const std::string& check) {
   const bool expected = std::find(f.expected.begin(), f.expected.end(), check) != f.expected.end();
   if (f.caught_by(check)) return expected ? "caught*" : "caught";
   const auto errors = f.errors();
   if (std::find(errors.begin(), errors.end(), check) != errors.end()) return "error";
+  if (!f.ran(check)) return "n/a";
   return expected ? "MISSED*" : "-";
 }
 
 std::string drift_text(const FaultOutcome& f) {
+  if (!f.drift_measured) return "-";
   return f.drift_after ? std::to_string(*f.drift_after) : "never in " + std::to_string(f.drift_window);
 }
 

@@ -10,10 +10,21 @@
 // `hello` declares what llama.cpp does differently: gelu-tanh (ggml_gelu; not in a build whose
 // build_ffn calls ggml_gelu_erf, compiled with TINYGPT_EXACT_GELU), top-k-exact, rope-angle-recurrence.
 //
+// Protocol 2 (rows by id): a row is a llama sequence; ragged prefills and rows joining are batches of
+// new sequences at their own positions; fork is llama_memory_seq_cp, release and rollback
+// llama_memory_seq_rm. A rollback past the window must bring back the entries the rejected tokens
+// pushed out (SPEC 4's window over the remaining sequence), so the KV cache is unified and every
+// row has a shadow sequence: trimming re-tags a row's oldest cells with its shadow instead of
+// dropping them (the last kRollback of them kept), and a rollback tags them back. In a unified cache
+// seq_cp and seq_rm only change which sequences a cell belongs to; no data moves.
+//
 // Planted faults for the suite's tests (TINYGPT_ENGINE_FAULT): rope-permutation-skipped (the GGUF's
 // q/k rows put back in our order: llama.cpp's rotate-half RoPE then pairs the wrong channels),
 // no-reset, never-trimmed, one-entry-too-few, context-shift-keeps-prompt (llama.cpp's context shift:
-// the first tokens stay, the ones after them go), f16-cache.
+// the first tokens stay, the ones after them go), f16-cache; and in the serving operations
+// rollback-forgets-the-window (a rollback past the window leaves the evicted entries gone; an
+// off-by-one in the rollback's positions cannot be planted quietly: llama_decode refuses a position
+// that does not follow the sequence's last).
 #include <dlfcn.h>
 #include <gguf.h>
 #include <ggml-backend.h>
@@ -22,12 +33,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -38,8 +51,9 @@ using nlohmann::json;
 namespace {
 
 const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset", "never-trimmed", "one-entry-too-few",
-                                       "context-shift-keeps-prompt", "f16-cache"};
-constexpr int kMaxRows = 16;
+                                       "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window"};
+constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
+constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -99,7 +113,16 @@ class Engine {
   explicit Engine(std::string fault) : fault_(std::move(fault)) {}
   ~Engine() { unload(); }
 
-  json hello() const {
+  json hello(const json& req) {
+    json h = hello_fields();
+    if (req.value("protocol", 1) >= 2) {
+      h["protocol"] = 2;
+      h["operations"] = {"ragged", "join", "fork", "truncate", "bench"};
+    }
+    return h;
+  }
+
+  json hello_fields() const {
     json dev = json::array({"top-k-exact", "rope-angle-recurrence"});
     if (!kExactGelu) dev.push_back("gelu-tanh");
     std::string name = std::string("llama.cpp v0.4.0") + (kExactGelu ? " with exact GELU" : " (prebuilt)");
@@ -123,9 +146,9 @@ class Engine {
     model_ = llama_model_load_from_file(path.c_str(), mp);
     if (!model_) throw std::runtime_error("llama_model_load_from_file failed on " + path);
     llama_context_params cp = llama_context_default_params();
-    cp.n_seq_max = kMaxRows;
-    cp.kv_unified = false;
-    cp.n_ctx = static_cast<uint32_t>(kMaxRows * 512);  // 512 cells per sequence: context + 1 fit
+    cp.n_seq_max = 2 * kMaxRows;  // every row and its shadow
+    cp.kv_unified = true;         // seq_cp and seq_rm re-tag cells; nothing is copied
+    cp.n_ctx = static_cast<uint32_t>(kMaxRows * (context_ + kRollback + 64));
     cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(kMaxRows * context_);
     cp.n_threads = cp.n_threads_batch = 1;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
@@ -144,49 +167,155 @@ class Engine {
     llama_memory_clear(llama_get_memory(ctx_), true);
     pos_.assign(kMaxRows, 0);
     prompt_.assign(kMaxRows, 0);
+    live_.assign(kMaxRows, false);
   }
 
-  // rows of ids (a prefill: positions from 0; a step: one id per row at its next position).
-  json run(const json& ids, bool step) {
+  // New rows (a prefill: each at positions 0..T-1, rows of any lengths): their logits and their ids.
+  json prefill(const json& ids, json& rows_out) {
+    std::vector<int> rows;
+    for (size_t b = 0; b < ids.size(); ++b) {
+      int s = 0;
+      while (s < kMaxRows && (live_[s] || std::find(rows.begin(), rows.end(), s) != rows.end())) ++s;
+      if (s == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
+      rows.push_back(s);
+    }
+    for (size_t b = 0; b < ids.size(); ++b) {
+      pos_[rows[b]] = 0;  // positions from 0: on a sequence `reset` did not clear, llama_decode refuses them
+      prompt_[rows[b]] = static_cast<int>(ids[b].size());
+      live_[rows[b]] = true;
+    }
+    rows_out = rows;
+    return decode(rows, ids);
+  }
+
+  // One id per row for `rows` (all live rows in order when none are named).
+  json step(const json& ids, const json* named) {
+    std::vector<int> rows;
+    if (named) {
+      for (const auto& r : *named) rows.push_back(checked_row(r.get<int>()));
+    } else {
+      for (int s = 0; s < kMaxRows; ++s)
+        if (live_[s]) rows.push_back(s);
+    }
+    if (rows.size() != ids.size()) throw std::runtime_error(std::to_string(ids.size()) + " rows of ids for " + std::to_string(rows.size()) + " rows");
+    for (const auto& r : ids)
+      if (r.size() != 1) throw std::runtime_error("a step takes one id per row");
+    return decode(rows, ids);
+  }
+
+  int fork(int row) {
+    checked_row(row);
+    int d = 0;
+    while (d < kMaxRows && live_[d]) ++d;
+    if (d == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
+    llama_memory_t mem = llama_get_memory(ctx_);
+    llama_memory_seq_rm(mem, d, -1, -1);
+    llama_memory_seq_rm(mem, kMaxRows + d, -1, -1);
+    llama_memory_seq_cp(mem, row, d, -1, -1);
+    llama_memory_seq_cp(mem, kMaxRows + row, kMaxRows + d, -1, -1);
+    pos_[d] = pos_[row];
+    prompt_[d] = prompt_[row];
+    live_[d] = true;
+    return d;
+  }
+
+  // Drops the newest n tokens of `row`; the cells they had pushed out of the window come back from
+  // its shadow.
+  void truncate(int row, int n) {
+    checked_row(row);
+    if (n < 0 || n > pos_[row]) throw std::runtime_error("cannot drop " + std::to_string(n) + " tokens");
+    llama_memory_t mem = llama_get_memory(ctx_);
+    pos_[row] -= n;
+    llama_memory_seq_rm(mem, row, pos_[row], -1);
+    if (fault_ == "rollback-forgets-the-window") return;  // planted: the evicted entries stay gone
+    const int lo = std::max(0, pos_[row] - context_);
+    llama_memory_seq_cp(mem, kMaxRows + row, row, lo, pos_[row]);
+    llama_memory_seq_rm(mem, kMaxRows + row, lo, -1);
+  }
+
+  void release(int row) {
+    checked_row(row);
+    llama_memory_t mem = llama_get_memory(ctx_);
+    llama_memory_seq_rm(mem, row, -1, -1);
+    llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);
+    live_[row] = false;
+  }
+
+  // `bench`: llama.cpp's own greedy loop, timed here so the protocol's JSON is not: the prompts
+  // (one sequence each) prefilled in one llama_decode, then n steps of one token per row, each
+  // row's argmax read straight from llama_get_logits_ith. Inside the window (no trimming).
+  json bench(const json& req) {
     if (!ctx_) throw std::runtime_error("no model loaded");
-    const int rows = static_cast<int>(ids.size());
-    if (rows < 1 || rows > kMaxRows) throw std::runtime_error("1 to " + std::to_string(kMaxRows) + " rows");
+    const json& ids = req.at("ids");
+    const int n = req.at("n").get<int>(), threads = req.value("threads", 1);
+    const int B = static_cast<int>(ids.size());
+    if (B < 1 || B > kMaxRows) throw std::runtime_error("bench takes 1 to " + std::to_string(kMaxRows) + " rows");
+    if (n < 1 || threads < 1) throw std::runtime_error("bench needs n >= 1 and threads >= 1");
     int total = 0;
-    for (const auto& r : ids) total += static_cast<int>(r.size());
-    llama_batch batch = llama_batch_init(total, 0, 1);
-    std::vector<int> last(rows);
+    for (const auto& r : ids) {
+      if (r.empty() || static_cast<int>(r.size()) + n > context_)
+        throw std::runtime_error("bench stays inside the window: each prompt 1 to context - n ids");
+      total += static_cast<int>(r.size());
+    }
+    // A context of its own, as an application decoding B independent sequences sets one up: a cache
+    // per sequence (not unified) of `context` cells each. (The checks' context keeps 2 x 16 sequences
+    // in one unified cache for fork and rollback, where every query would scan every row's cells.)
+    llama_context_params cp = llama_context_default_params();
+    cp.n_seq_max = static_cast<uint32_t>(B);
+    cp.kv_unified = false;
+    cp.n_ctx = static_cast<uint32_t>(B * context_);
+    cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(std::max(total, B));
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    cp.no_perf = true;
+    llama_context* ctx = llama_init_from_model(model_, cp);
+    if (!ctx) throw std::runtime_error("llama_init_from_model failed for the bench");
+    const std::unique_ptr<llama_context, void (*)(llama_context*)> own_ctx(ctx, llama_free);
+    using clock = std::chrono::steady_clock;
+    std::vector<int> pos(B, 0), last(B);
+    std::vector<std::vector<int>> out(B);
+    llama_batch batch = llama_batch_init(std::max(total, B), 0, 1);
     int k = 0;
-    for (int b = 0; b < rows; ++b) {
-      const auto& r = ids[b];
-      if (r.empty() || (step && r.size() != 1)) {
-        llama_batch_free(batch);
-        throw std::runtime_error("a step takes one id per row, a prefill at least one");
-      }
-      if (!step) {  // a prefill is at positions 0..T-1: on a sequence `reset` did not clear, llama_decode refuses it
-        pos_[b] = 0;
-        prompt_[b] = static_cast<int>(r.size());
-      }
-      for (size_t i = 0; i < r.size(); ++i, ++k) {
-        batch.token[k] = r[i].get<int>();
-        batch.pos[k] = pos_[b]++;
+    for (int b = 0; b < B; ++b) {
+      for (size_t i = 0; i < ids[b].size(); ++i, ++k) {
+        batch.token[k] = ids[b][i].get<int>();
+        batch.pos[k] = pos[b]++;
         batch.n_seq_id[k] = 1;
         batch.seq_id[k][0] = b;
-        batch.logits[k] = i + 1 == r.size();
+        batch.logits[k] = i + 1 == ids[b].size();
       }
       last[b] = k - 1;
     }
     batch.n_tokens = total;
-    const int rc = llama_decode(ctx_, batch);
+    auto argmax = [&](int i) {
+      const float* l = llama_get_logits_ith(ctx, i);
+      if (!l) throw std::runtime_error("no logits");
+      return static_cast<int>(std::max_element(l, l + n_vocab_) - l);
+    };
+    const auto t0 = clock::now();
+    int rc = llama_decode(ctx, batch);
+    const auto t1 = clock::now();
+    for (int step = 0; rc == 0 && step < n; ++step) {
+      for (int b = 0; b < B; ++b) {
+        const int id = argmax(last[b]);
+        out[b].push_back(id);
+        batch.token[b] = id;
+        batch.pos[b] = pos[b]++;
+        batch.n_seq_id[b] = 1;
+        batch.seq_id[b][0] = b;
+        batch.logits[b] = true;
+        last[b] = b;
+      }
+      batch.n_tokens = B;
+      rc = llama_decode(ctx, batch);
+    }
+    const auto t2 = clock::now();
+    for (int b = 0; rc == 0 && b < B; ++b) out[b].push_back(argmax(last[b]));
     llama_batch_free(batch);
     if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
-    json out = json::array();
-    for (int b = 0; b < rows; ++b) {
-      const float* l = llama_get_logits_ith(ctx_, last[b]);
-      if (!l) throw std::runtime_error("no logits for row " + std::to_string(b));
-      out.push_back(std::vector<float>(l, l + n_vocab_));
-    }
-    for (int b = 0; b < rows; ++b) trim(b);
-    return out;
+    return {{"ok", true}, {"prefill_s", std::chrono::duration<double>(t1 - t0).count()},
+            {"decode_s", std::chrono::duration<double>(t2 - t1).count()}, {"ids", out}};
   }
 
   json sample(const json& req) const {
@@ -245,7 +374,46 @@ class Engine {
   }
 
  private:
-  // SPEC 4's window on sequence b: keep its last `context` positions.
+  int checked_row(int row) const {
+    if (row < 0 || row >= kMaxRows || !live_[row]) throw std::runtime_error("row " + std::to_string(row) + " is not live");
+    return row;
+  }
+
+  json decode(const std::vector<int>& rows, const json& ids) {
+    if (!ctx_) throw std::runtime_error("no model loaded");
+    int total = 0;
+    for (const auto& r : ids) total += static_cast<int>(r.size());
+    if (ids.empty() || total == 0) throw std::runtime_error("no ids");
+    llama_batch batch = llama_batch_init(total, 0, 1);
+    std::vector<int> last(rows.size());
+    int k = 0;
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const auto& r = ids[b];
+      for (size_t i = 0; i < r.size(); ++i, ++k) {
+        batch.token[k] = r[i].get<int>();
+        batch.pos[k] = pos_[rows[b]]++;
+        batch.n_seq_id[k] = 1;
+        batch.seq_id[k][0] = rows[b];
+        batch.logits[k] = i + 1 == r.size();
+      }
+      last[b] = k - 1;
+    }
+    batch.n_tokens = total;
+    const int rc = llama_decode(ctx_, batch);
+    llama_batch_free(batch);
+    if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
+    json out = json::array();
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const float* l = llama_get_logits_ith(ctx_, last[b]);
+      if (!l) throw std::runtime_error("no logits for row " + std::to_string(rows[b]));
+      out.push_back(std::vector<float>(l, l + n_vocab_));
+    }
+    for (int r : rows) trim(r);
+    return out;
+  }
+
+  // SPEC 4's window on row b: its last `context` positions stay in the row; older ones move to its
+  // shadow (for a rollback), which keeps the newest kRollback of them.
   void trim(int b) {
     if (fault_ == "never-trimmed") return;
     llama_memory_t mem = llama_get_memory(ctx_);
@@ -255,7 +423,10 @@ class Engine {
       llama_memory_seq_rm(mem, b, prompt_[b], pos_[b] - keep + prompt_[b]);
       return;
     }
-    llama_memory_seq_rm(mem, b, 0, pos_[b] - keep);
+    const int shadow = kMaxRows + b, cut = pos_[b] - keep;
+    llama_memory_seq_cp(mem, b, shadow, 0, cut);
+    llama_memory_seq_rm(mem, b, 0, cut);
+    if (cut > kRollback) llama_memory_seq_rm(mem, shadow, 0, cut - kRollback);
   }
 
   void unload() {
@@ -270,6 +441,7 @@ class Engine {
   llama_context* ctx_ = nullptr;
   int context_ = 256, n_vocab_ = 0;
   std::vector<int> pos_, prompt_;  // per row: tokens fed (the next position), the prompt's length
+  std::vector<bool> live_;          // per row: in the batch
 };
 
 void quiet(ggml_log_level level, const char* text, void*) {
@@ -295,11 +467,18 @@ int main() {
       const json req = json::parse(line);
       const std::string op = req.value("op", "");
       if (op == "quit") break;
-      if (op == "hello") answer = engine.hello();
+      if (op == "hello") answer = engine.hello(req);
       else if (op == "load") engine.load(req), answer = {{"ok", true}};
       else if (op == "reset") engine.reset(), answer = {{"ok", true}};
-      else if (op == "prefill") answer = {{"ok", true}, {"logits", engine.run(req.at("ids"), false)}};
-      else if (op == "step") answer = {{"ok", true}, {"logits", engine.run(req.at("ids"), true)}};
+      else if (op == "prefill") {
+        json rows;
+        json logits = engine.prefill(req.at("ids"), rows);
+        answer = {{"ok", true}, {"logits", logits}, {"rows", rows}};
+      } else if (op == "step") answer = {{"ok", true}, {"logits", engine.step(req.at("ids"), req.contains("rows") ? &req["rows"] : nullptr)}};
+      else if (op == "fork") answer = {{"ok", true}, {"row", engine.fork(req.at("row").get<int>())}};
+      else if (op == "truncate") engine.truncate(req.at("row").get<int>(), req.at("n").get<int>()), answer = {{"ok", true}};
+      else if (op == "release") engine.release(req.at("row").get<int>()), answer = {{"ok", true}};
+      else if (op == "bench") answer = engine.bench(req);
       else if (op == "sample") answer = {{"ok", true}, {"ids", engine.sample(req)}};
       else answer = {{"ok", false}, {"error", "unknown op '" + op + "'"}};
     } catch (const std::exception& e) {

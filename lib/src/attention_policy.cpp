@@ -15,6 +15,11 @@ void AttentionPolicy::position(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, 
   k = rope_rotate(k, cos, sin);
 }
 
+void AttentionPolicy::position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, const at::Tensor& positions) const {
+  q = rope_rows(q, positions);
+  k = rope_rows(k, positions);
+}
+
 at::Tensor AttentionPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const {
   // One query is the newest token: it may see every key, so no mask (SPEC 4). A top-left
   // aligned causal mask here would hide all keys but the first (the seed's gotcha 2).

@@ -7,6 +7,7 @@
 #include <torch/nn/modules/activation.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace tinygpt {
@@ -34,15 +35,27 @@ AttentionImpl::AttentionImpl(const Config& cfg) : n_heads_(cfg.n_heads) {
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                                  KVCache* cache, int64_t layer, Kernels kernels, const at::Tensor& residual) {
+                                  KVCache* cache, int64_t layer, Kernels kernels, const at::Tensor& residual,
+                                  const at::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_heads_;
   auto parts = project(x, qkv->weight, {}, kernels).split(C, -1);  // 3 x (B, T, d)
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_heads_, hd}).transpose(1, 2); };
   at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, hd)
-  policy.position(q, k, v, start);
+  if (positions.defined()) policy.position_rows(q, k, v, positions);
+  else policy.position(q, k, v, start);
   at::Tensor K = k, V = v;
   if (cache != nullptr) std::tie(K, V) = cache->update(layer, k, v);  // (B, H, S, hd)
-  at::Tensor y = attend(q, K, V, policy.mask(T, K.size(2), q.options()), kernels);  // (B, H, T, hd)
+  at::Tensor mask = policy.mask(T, K.size(2), q.options());           // (T, S) or undefined
+  if (cache != nullptr) {
+    // Rows of different lengths: each row sees only its own keys, (B, 1, 1, S) added to (T, S).
+    const at::Tensor seen = cache->key_mask(layer);  // (B, S) bool or undefined
+    if (seen.defined()) {
+      at::Tensor hide = at::zeros({B, 1, 1, K.size(2)}, q.options())
+                            .masked_fill(seen.logical_not().view({B, 1, 1, K.size(2)}), -std::numeric_limits<double>::infinity());
+      mask = mask.defined() ? mask + hide : hide;
+    }
+  }
+  at::Tensor y = attend(q, K, V, mask, kernels);  // (B, H, T, hd)
   return project(y.transpose(1, 2).reshape({B, T, C}), out->weight, {}, kernels, residual);  // (B, T, d)
 }
 
@@ -57,12 +70,12 @@ BlockImpl::BlockImpl(const Config& cfg) {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                              KVCache* cache, int64_t layer, Kernels kernels) {
+                              KVCache* cache, int64_t layer, Kernels kernels, const at::Tensor& positions) {
   auto norm = [&](const nn::LayerNorm& n, const at::Tensor& t) {
     return layer_norm(t, n->weight, n->bias, n->options.eps(), kernels);
   };
   // x + attn(norm1(x)): the residual add happens inside the attention's output projection.
-  at::Tensor h = attn->forward(norm(norm1, x), start, policy, cache, layer, kernels, /*residual=*/x);  // (B, T, d)
+  at::Tensor h = attn->forward(norm(norm1, x), start, policy, cache, layer, kernels, /*residual=*/x, positions);  // (B, T, d)
   // h + mlp(norm2(h)), the MLP's layers called one by one so the products can use the chosen kernels.
   at::Tensor u = project(norm(norm2, h), up->weight, up->bias, kernels, {}, /*gelu=*/true);  // exact erf GELU, (B, T, 4d)
   return project(u, down->weight, down->bias, kernels, /*residual=*/h);                    // (B, T, d)
@@ -106,9 +119,9 @@ at::Tensor GPTImpl::head(const at::Tensor& x, Kernels kernels) {
 }
 
 at::Tensor GPTImpl::run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
-                               KVCache* cache, Kernels kernels) {
+                               KVCache* cache, Kernels kernels, const at::Tensor& positions) {
   int64_t layer = 0;
-  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++, kernels);
+  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++, kernels, positions);
   return x;
 }
 
@@ -138,6 +151,15 @@ at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_
   at::Tensor x = emb->forward(idx);                      // (B, T, d)
   x = run_blocks(x, start, policy, &cache, kernels);    // (B, T, d)
   return head(x.select(1, x.size(1) - 1), kernels);     // (B, V)
+}
+
+at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy,
+                            Kernels kernels) {
+  if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
+    throw std::invalid_argument("step_at: positions must be (B, T) like idx");
+  at::Tensor x = emb->forward(idx);                                          // (B, T, d)
+  x = run_blocks(x, /*start=*/0, policy, &cache, kernels, positions.to(idx.device()));  // (B, T, d)
+  return head(x.select(1, x.size(1) - 1), kernels);                        // (B, V)
 }
 
 std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {

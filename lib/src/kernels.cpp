@@ -7,6 +7,8 @@
 // which the equivalence checks measure against the full forward.
 #include "tinygpt/kernels.h"
 
+#include "kernels_raw.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -190,28 +192,15 @@ at::Tensor gelu_rows(const at::Tensor& y) {
   return out;
 }
 
-at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& residual, bool apply_gelu) {
-  auto f32_cpu = [](const at::Tensor& t) { return t.defined() && t.scalar_type() == at::kFloat && t.device().is_cpu(); };
-  if (!f32_cpu(x) || x.dim() != 2 || !f32_cpu(w) || w.dim() != 2 || x.size(1) != w.size(1) || !w.is_contiguous())
-    throw std::invalid_argument("matvec: needs x (R, K) and contiguous w (N, K), float32 on the CPU");
-  if (b.defined() && (!f32_cpu(b) || b.dim() != 1 || b.size(0) != w.size(0) || !b.is_contiguous()))
-    throw std::invalid_argument("matvec: bias must be a contiguous float32 (N) CPU tensor");
-  if (residual.defined() && (!f32_cpu(residual) || residual.dim() != 2 || residual.size(0) != x.size(0) ||
-                             residual.size(1) != w.size(0)))
-    throw std::invalid_argument("matvec: residual must be a float32 (R, N) CPU tensor");
-  const at::Tensor xc = x.contiguous();
-  const at::Tensor rc = residual.defined() ? residual.contiguous() : residual;
-  const int64_t R = xc.size(0), K = xc.size(1), N = w.size(0);
-  at::Tensor y = at::empty({R, N}, xc.options());  // (R, N)
-  const float* wp = w.data_ptr<float>();
-  const float* xp = xc.data_ptr<float>();
-  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  const float* rp = rc.defined() ? rc.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
+}  // namespace
+
+namespace raw {
+
+at::Tensor gelu(const at::Tensor& y) { return gelu_rows(y); }
+
+void matvec(const float* xp, const float* wp, const float* bp, const float* rp, float* yp, int64_t R, int64_t K, int64_t N) {
 #ifdef TINYGPT_HAVE_AVX2_PATH
   const bool avx2 = cpu_has_avx2_fma() && K % 8 == 0;
-#else
-  const bool avx2 = false;
 #endif
   // Blocks of four weight rows; a thread gets at least ~32k multiply-adds, so a fork (a few
   // microseconds, much more on shared cores) never costs more than the work it splits.
@@ -223,33 +212,19 @@ at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
     else
 #endif
       rows_generic(wp, xp, yp, n0, n1, K, R, N);
-    // Epilogue while the outputs are in cache, in the library's order: (dot + bias), GELU, + residual.
-    const float* add = apply_gelu ? nullptr : rp;  // with GELU, the residual comes after it (below)
-    if (!bp && !add) return;
+    // Epilogue while the outputs are in cache, in the library's order: (dot + bias), + residual.
+    if (!bp && !rp) return;
     for (int64_t r = 0; r < R; ++r)
       for (int64_t n = n0; n < n1; ++n) {
         float v = yp[r * N + n];
         if (bp) v += bp[n];
-        if (add) v = add[r * N + n] + v;
+        if (rp) v = rp[r * N + n] + v;
         yp[r * N + n] = v;
       }
   });
-  if (apply_gelu) {
-    y = gelu_rows(y);
-    if (rc.defined()) y.add_(rc);  // residual + GELU(...): float addition commutes exactly
-  }
-  (void)avx2;
-  return y;
 }
 
-at::Tensor layer_norm_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
-  const int64_t d = x.size(-1), R = x.numel() / d;
-  const at::Tensor xc = x.contiguous();
-  at::Tensor y = at::empty_like(xc);
-  const float* xp = xc.data_ptr<float>();
-  const float* wp = w.data_ptr<float>();
-  const float* bp = b.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
+void layer_norm(const float* xp, const float* wp, const float* bp, float eps, float* yp, int64_t R, int64_t d) {
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = xp + r * d;
     float* yr = yp + r * d;
@@ -266,9 +241,44 @@ at::Tensor layer_norm_rows(const at::Tensor& x, const at::Tensor& w, const at::T
     float var = 0;
     for (int l = 0; l < 8; ++l) var += sq[l];
     for (int64_t j = d - d % 8; j < d; ++j) var += (xr[j] - mean) * (xr[j] - mean);
-    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + static_cast<float>(eps));
+    const float inv = 1.0f / std::sqrt(var / static_cast<float>(d) + eps);
     for (int64_t j = 0; j < d; ++j) yr[j] = (xr[j] - mean) * inv * wp[j] + bp[j];
   }
+}
+
+}  // namespace raw
+
+namespace {
+
+at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& residual, bool apply_gelu) {
+  auto f32_cpu = [](const at::Tensor& t) { return t.defined() && t.scalar_type() == at::kFloat && t.device().is_cpu(); };
+  if (!f32_cpu(x) || x.dim() != 2 || !f32_cpu(w) || w.dim() != 2 || x.size(1) != w.size(1) || !w.is_contiguous())
+    throw std::invalid_argument("matvec: needs x (R, K) and contiguous w (N, K), float32 on the CPU");
+  if (b.defined() && (!f32_cpu(b) || b.dim() != 1 || b.size(0) != w.size(0) || !b.is_contiguous()))
+    throw std::invalid_argument("matvec: bias must be a contiguous float32 (N) CPU tensor");
+  if (residual.defined() && (!f32_cpu(residual) || residual.dim() != 2 || residual.size(0) != x.size(0) ||
+                             residual.size(1) != w.size(0)))
+    throw std::invalid_argument("matvec: residual must be a float32 (R, N) CPU tensor");
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor rc = residual.defined() ? residual.contiguous() : residual;
+  const int64_t R = xc.size(0), K = xc.size(1), N = w.size(0);
+  at::Tensor y = at::empty({R, N}, xc.options());  // (R, N)
+  // With GELU the residual comes after it: residual + GELU(x w^T + b).
+  raw::matvec(xc.data_ptr<float>(), w.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
+              rc.defined() && !apply_gelu ? rc.data_ptr<float>() : nullptr, y.data_ptr<float>(), R, K, N);
+  if (apply_gelu) {
+    y = gelu_rows(y);
+    if (rc.defined()) y.add_(rc);  // residual + GELU(...): float addition commutes exactly
+  }
+  return y;
+}
+
+at::Tensor layer_norm_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps) {
+  const int64_t d = x.size(-1), R = x.numel() / d;
+  const at::Tensor xc = x.contiguous();
+  at::Tensor y = at::empty_like(xc);
+  raw::layer_norm(xc.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), static_cast<float>(eps),
+                  y.data_ptr<float>(), R, d);
   return y;
 }
 
@@ -376,6 +386,22 @@ __attribute__((target("avx2,fma"))) void attention_row_avx2(const float* q, cons
 
 }  // namespace
 
+namespace raw {
+
+void attention_row(const float* q, const float* k, int64_t ks, const float* v, int64_t vs, float* y, int64_t S, int64_t hd,
+                   float* p) {
+  const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd)));
+#ifdef TINYGPT_HAVE_AVX2_PATH
+  if (cpu_has_avx2_fma() && hd % 8 == 0 && hd / 8 <= kAttentionMaxVectors) {
+    attention_row_avx2(q, k, ks, v, vs, y, S, hd, scale, p);
+    return;
+  }
+#endif
+  attention_row_generic(q, k, ks, v, vs, y, S, hd, scale, p);
+}
+
+}  // namespace raw
+
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V) {
   auto ok = [](const at::Tensor& t) {
     return t.defined() && t.dim() == 4 && t.scalar_type() == at::kFloat && t.device().is_cpu() && t.stride(3) == 1;
@@ -389,24 +415,12 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::
   const float* kp = K.data_ptr<float>();
   const float* vp = V.data_ptr<float>();
   float* yp = y.data_ptr<float>();
-  const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd)));
-#ifdef TINYGPT_HAVE_AVX2_PATH
-  const bool avx2 = cpu_has_avx2_fma() && hd % 8 == 0 && hd / 8 <= kAttentionMaxVectors;
-#endif
   at::parallel_for(0, B * H, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> p(static_cast<size_t>(S));
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / H, h = r % H;
-      const float* qr = qp + b * q.stride(0) + h * q.stride(1);
-      const float* kr = kp + b * K.stride(0) + h * K.stride(1);
-      const float* vr = vp + b * V.stride(0) + h * V.stride(1);
-#ifdef TINYGPT_HAVE_AVX2_PATH
-      if (avx2) {
-        attention_row_avx2(qr, kr, K.stride(2), vr, V.stride(2), yp + r * hd, S, hd, scale, p.data());
-        continue;
-      }
-#endif
-      attention_row_generic(qr, kr, K.stride(2), vr, V.stride(2), yp + r * hd, S, hd, scale, p.data());
+      raw::attention_row(qp + b * q.stride(0) + h * q.stride(1), kp + b * K.stride(0) + h * K.stride(1), K.stride(2),
+                         vp + b * V.stride(0) + h * V.stride(1), V.stride(2), yp + r * hd, S, hd, p.data());
     }
   });
   return y;

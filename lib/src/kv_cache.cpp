@@ -16,21 +16,47 @@ RollingKVCache::RollingKVCache(int64_t n_layers, int64_t context)
 
 RollingKVCache::RollingKVCache(const Config& cfg) : RollingKVCache(cfg.n_layers, cfg.context) {}
 
+std::unique_ptr<KVCache> KVCache::clone() const { throw std::logic_error(row_ops_unsupported()); }
+void KVCache::truncate(int64_t) { throw std::logic_error(row_ops_unsupported()); }
+
 std::pair<at::Tensor, at::Tensor> RollingKVCache::update(int64_t layer, const at::Tensor& k,
                                                          const at::Tensor& v) {
   if (layer < 0 || layer >= static_cast<int64_t>(k_.size()))
     throw std::out_of_range("RollingKVCache: layer " + std::to_string(layer) + " out of range");
   auto& ck = k_[layer];
   auto& cv = v_[layer];
-  // (B, H, S_old + T, hd): the queries see every stored key plus the new ones.
-  at::Tensor K = ck.defined() ? at::cat({ck, k}, 2) : k;
-  at::Tensor V = cv.defined() ? at::cat({cv, v}, 2) : v;
-  const int64_t S = K.size(2);
-  const int64_t keep = std::min(S, context_);
-  // Trim AFTER attending: a decode step may see context+1 keys (SPEC 4).
+  // The queries see the window (the newest `context` stored) plus the new keys: context + 1 for a
+  // decode step (SPEC 4); older stored entries wait for a rollback.
+  const int64_t S_old = ck.defined() ? ck.size(2) : 0, T = k.size(2);
+  at::Tensor K = S_old ? at::cat({ck, k}, 2) : k;  // (B, H, S_old + T, hd)
+  at::Tensor V = S_old ? at::cat({cv, v}, 2) : v;
+  const int64_t S = S_old + T, seen = std::min(S_old, context_) + T;
+  // Trim AFTER attending (SPEC 4), keeping kRollbackEntries beyond the window.
+  const int64_t keep = std::min(S, context_ + kRollbackEntries);
   ck = K.narrow(2, S - keep, keep);
   cv = V.narrow(2, S - keep, keep);
-  return {K, V};
+  return {K.narrow(2, S - seen, seen), V.narrow(2, S - seen, seen)};
+}
+
+std::unique_ptr<KVCache> RollingKVCache::clone() const {
+  auto c = std::make_unique<RollingKVCache>(static_cast<int64_t>(k_.size()), context_);
+  for (size_t l = 0; l < k_.size(); ++l)
+    if (k_[l].defined()) c->k_[l] = k_[l].clone(), c->v_[l] = v_[l].clone();
+  return c;
+}
+
+void RollingKVCache::truncate(int64_t n) {
+  const int64_t S = k_[0].defined() ? k_[0].size(2) : 0;
+  if (n < 0 || n > S) throw std::invalid_argument("RollingKVCache: cannot drop " + std::to_string(n) + " of " + std::to_string(S) + " entries");
+  for (size_t l = 0; l < k_.size(); ++l) {
+    if (!k_[l].defined()) continue;
+    if (S - n == 0) {
+      k_[l] = at::Tensor(), v_[l] = at::Tensor();
+      continue;
+    }
+    k_[l] = k_[l].narrow(2, 0, S - n);
+    v_[l] = v_[l].narrow(2, 0, S - n);
+  }
 }
 
 void RollingKVCache::reset() {
@@ -38,14 +64,19 @@ void RollingKVCache::reset() {
   for (auto& t : v_) t = at::Tensor();
 }
 
-int64_t RollingKVCache::length() const { return k_[0].defined() ? k_[0].size(2) : 0; }
+int64_t RollingKVCache::length() const { return k_[0].defined() ? std::min(k_[0].size(2), context_) : 0; }
 
 int64_t RollingKVCache::bytes() const {
   int64_t n = 0;
-  for (size_t i = 0; i < k_.size(); ++i) {
-    if (k_[i].defined()) n += k_[i].numel() * k_[i].element_size();
-    if (v_[i].defined()) n += v_[i].numel() * v_[i].element_size();
-  }
+  for (size_t i = 0; i < k_.size(); ++i)
+    if (k_[i].defined()) n += 2 * std::min(k_[i].size(2), context_) * (k_[i].numel() / k_[i].size(2)) * k_[i].element_size();
+  return n;
+}
+
+int64_t RollingKVCache::capacity_bytes() const {
+  int64_t n = 0;
+  for (size_t i = 0; i < k_.size(); ++i)
+    if (k_[i].defined()) n += (k_[i].numel() + v_[i].numel()) * k_[i].element_size();
   return n;
 }
 

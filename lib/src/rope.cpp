@@ -1,5 +1,7 @@
 #include "tinygpt/rope.h"
 
+#include "kernels_raw.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -52,21 +54,33 @@ at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Te
       const int64_t t = r % T, h = (r / T) % H, b = r / (T * H);
       const float* in = xp + b * sb + h * sh + t * st;
       float* o = op + r * hd;
-      const float* cr = cp + t * half;
-      const float* sr = sp + t * half;
-      for (int64_t j = 0; j < half; ++j) {
-        const float a = in[2 * j], bb = in[2 * j + 1];
-        const float ac = a * cr[j];
-        const float bs = bb * sr[j];
-        const float as = a * sr[j];
-        const float bc = bb * cr[j];
-        o[2 * j] = ac - bs;
-        o[2 * j + 1] = as + bc;
-      }
+      raw::rope_row(in, cp + t * half, sp + t * half, o, hd);
     }
   });
   return out;
 }
+
+}  // namespace
+
+namespace raw {
+
+// Each product and difference is its own statement, so no compiler fuses them into an FMA: the
+// result is bit-identical to rotate_ops.
+void rope_row(const float* in, const float* cr, const float* sr, float* o, int64_t hd) {
+  for (int64_t j = 0; j < hd / 2; ++j) {
+    const float a = in[2 * j], bb = in[2 * j + 1];
+    const float ac = a * cr[j];
+    const float bs = bb * sr[j];
+    const float as = a * sr[j];
+    const float bc = bb * cr[j];
+    o[2 * j] = ac - bs;
+    o[2 * j + 1] = as + bc;
+  }
+}
+
+}  // namespace raw
+
+namespace {
 
 struct Table {
   at::Tensor cos, sin;  // (P, hd/2)
@@ -111,6 +125,18 @@ std::pair<at::Tensor, at::Tensor> rope_angles(int64_t start, int64_t T, int64_t 
     t = slot;
   }
   return {t.cos.narrow(0, start, T), t.sin.narrow(0, start, T)};
+}
+
+at::Tensor rope_rows(const at::Tensor& x, const at::Tensor& positions) {
+  if (x.dim() != 4 || positions.dim() != 2 || positions.size(0) != x.size(0) || positions.size(1) != x.size(2))
+    throw std::invalid_argument("rope_rows: x must be (B, H, T, hd) and positions (B, T)");
+  check_args(x, 0);
+  if (positions.numel() && positions.min().item<int64_t>() < 0) throw std::invalid_argument("rope_rows: positions must be >= 0");
+  const int64_t hd = x.size(-1);
+  const auto f32 = x.options().dtype(at::kFloat);
+  at::Tensor freqs = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd));  // (hd/2)
+  at::Tensor ang = positions.to(f32).unsqueeze(-1) * freqs;                                  // (B, T, hd/2)
+  return rotate_ops(x, ang.cos().unsqueeze(1), ang.sin().unsqueeze(1));                      // cos, sin (B, 1, T, hd/2)
 }
 
 }  // namespace tinygpt

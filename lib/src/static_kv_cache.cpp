@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include <stdexcept>
 #include <string>
 
@@ -17,21 +19,20 @@ StaticKVCache::StaticKVCache(int64_t n_layers, int64_t context) : context_(conte
 
 StaticKVCache::StaticKVCache(const Config& cfg) : StaticKVCache(cfg.n_layers, cfg.context) {}
 
-std::pair<at::Tensor, at::Tensor> StaticKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+int64_t StaticKVCache::reserve(int64_t layer, int64_t B, int64_t H, int64_t T, int64_t hd, const at::TensorOptions& opts) {
   if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
     throw std::out_of_range("StaticKVCache: layer " + std::to_string(layer) + " out of range");
-  if (k.dim() != 4 || !k.sizes().equals(v.sizes()))
-    throw std::invalid_argument("StaticKVCache: k and v must both be (B, H, T, hd)");
   Layer& L = layers_[layer];
-  const int64_t B = k.size(0), H = k.size(1), T = k.size(2), hd = k.size(3);
   const bool fits = L.k.defined() && L.k.size(0) == B && L.k.size(1) == H && L.k.size(3) == hd &&
-                    L.k.scalar_type() == k.scalar_type() && L.k.device() == k.device();
+                    L.k.scalar_type() == opts.dtype().toScalarType() && L.k.device() == opts.device();
   if (!fits || L.len == 0) {
-    // A new sequence, or a new shape: room for context stored + context + 1 new, or a longer prefill.
-    const int64_t capacity = std::max(2 * context_ + 1, T);
+    // A new sequence, or a new shape: room for two windows and a step (the live entries move to
+    // the front once every ~context steps), at least what is kept (the window and the rollback
+    // history) and a step, or a longer prefill.
+    const int64_t capacity = std::max({2 * context_ + 1, context_ + kRollbackEntries + 1, T});
     if (!fits || L.k.size(2) < capacity) {
-      L.k = at::empty({B, H, capacity, hd}, k.options());
-      L.v = at::empty({B, H, capacity, hd}, v.options());
+      L.k = at::empty({B, H, capacity, hd}, opts);
+      L.v = at::empty({B, H, capacity, hd}, opts);
     }
     L.begin = 0;
     L.len = 0;
@@ -39,7 +40,7 @@ std::pair<at::Tensor, at::Tensor> StaticKVCache::update(int64_t layer, const at:
   const int64_t capacity = L.k.size(2);
   if (L.begin + L.len + T > capacity) {
     if (L.len + T > capacity) {  // a long append on a full cache: grow, keeping the live entries
-      at::Tensor nk = at::empty({B, H, L.len + T, hd}, k.options()), nv = at::empty_like(nk);
+      at::Tensor nk = at::empty({B, H, L.len + T, hd}, opts), nv = at::empty_like(nk);
       nk.narrow(2, 0, L.len).copy_(L.k.narrow(2, L.begin, L.len));
       nv.narrow(2, 0, L.len).copy_(L.v.narrow(2, L.begin, L.len));
       L.k = nk;
@@ -53,15 +54,46 @@ std::pair<at::Tensor, at::Tensor> StaticKVCache::update(int64_t layer, const at:
     }
     L.begin = 0;
   }
-  L.k.narrow(2, L.begin + L.len, T).copy_(k);
-  L.v.narrow(2, L.begin + L.len, T).copy_(v);
-  const int64_t S = L.len + T;
-  std::pair<at::Tensor, at::Tensor> seen{L.k.narrow(2, L.begin, S), L.v.narrow(2, L.begin, S)};  // (B, H, S, hd)
-  // Trim AFTER attending: a decode step sees context+1 keys, the cache keeps context (SPEC 4).
-  const int64_t keep = std::min(S, context_);
+  return L.begin + L.len;
+}
+
+std::pair<int64_t, int64_t> StaticKVCache::commit(int64_t layer, int64_t T) {
+  Layer& L = layers_[layer];
+  const int64_t S = L.len + T, n_seen = std::min(L.len, context_) + T;
+  // The window (the newest `context` stored) plus the new entries: context + 1 keys for a decode step.
+  const int64_t from = L.begin + S - n_seen;
+  // Trim AFTER attending (SPEC 4), keeping kRollbackEntries beyond the window: bookkeeping only,
+  // the entries stay where they are until the next append.
+  const int64_t keep = std::min(S, context_ + kRollbackEntries);
   L.begin += S - keep;
   L.len = keep;
-  return seen;
+  return {from, n_seen};
+}
+
+std::pair<at::Tensor, at::Tensor> StaticKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  if (k.dim() != 4 || !k.sizes().equals(v.sizes()))
+    throw std::invalid_argument("StaticKVCache: k and v must both be (B, H, T, hd)");
+  const int64_t T = k.size(2);
+  const int64_t slot = reserve(layer, k.size(0), k.size(1), T, k.size(3), k.options());
+  Layer& L = layers_[layer];
+  L.k.narrow(2, slot, T).copy_(k);
+  L.v.narrow(2, slot, T).copy_(v);
+  const auto [from, n_seen] = commit(layer, T);
+  return {L.k.narrow(2, from, n_seen), L.v.narrow(2, from, n_seen)};  // (B, H, S', hd)
+}
+
+StaticKVCache::RawAppend StaticKVCache::append_one(int64_t layer, int64_t B, int64_t H, int64_t hd) {
+  const int64_t slot = reserve(layer, B, H, 1, hd, at::TensorOptions().dtype(at::kFloat).device(at::kCPU));
+  Layer& L = layers_[layer];
+  const auto [from, n_seen] = commit(layer, 1);
+  RawAppend a;
+  a.k = L.k.data_ptr<float>();
+  a.v = L.v.data_ptr<float>();
+  a.plane = L.k.size(2) * hd;
+  a.slot = slot;
+  a.from = from;
+  a.seen = n_seen;
+  return a;
 }
 
 void StaticKVCache::reset() {
@@ -69,13 +101,31 @@ void StaticKVCache::reset() {
   for (auto& L : layers_) L.begin = L.len = 0;
 }
 
-int64_t StaticKVCache::length() const { return layers_[0].len; }
+int64_t StaticKVCache::length() const { return std::min(layers_[0].len, context_); }
 
 int64_t StaticKVCache::bytes() const {
   int64_t n = 0;
   for (const auto& L : layers_)
-    if (L.k.defined()) n += 2 * L.len * (L.k.numel() / L.k.size(2)) * L.k.element_size();
+    if (L.k.defined()) n += 2 * std::min(L.len, context_) * (L.k.numel() / L.k.size(2)) * L.k.element_size();
   return n;
+}
+
+std::unique_ptr<KVCache> StaticKVCache::clone() const {
+  auto c = std::make_unique<StaticKVCache>(static_cast<int64_t>(layers_.size()), context_);
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& L = layers_[l];
+    Layer& M = c->layers_[l];
+    M.begin = L.begin;
+    M.len = L.len;
+    if (L.k.defined()) M.k = L.k.clone(), M.v = L.v.clone();  // a copy: the fork writes its own buffers
+  }
+  return c;
+}
+
+void StaticKVCache::truncate(int64_t n) {
+  if (n < 0 || n > layers_[0].len)
+    throw std::invalid_argument("StaticKVCache: cannot drop " + std::to_string(n) + " of " + std::to_string(layers_[0].len) + " entries");
+  for (auto& L : layers_) L.len -= n;  // the older entries stay where they are: the window slides back onto them
 }
 
 int64_t StaticKVCache::capacity_bytes() const {

@@ -113,8 +113,11 @@ TEST(PlantedBugs, EachTieAndDirectionRowCatchesItsOwnBug) {
 // and nothing else: one row, named for it. And the penalty bug that divides negative scores, which
 // no draw-based law saw before, fails the penalty's direction row.
 TEST(PlantedBugs, AnEngineThatKeepsExactlyKFailsOnlyTheTieRow) {
-  for (const auto& b : planted_bugs())
-    if (b.name == "topKDropsTies") EXPECT_EQ(failing(b, true), std::vector<std::string>{"topKDrawsEveryTokenTiedWithTheKth"});
+  for (const auto& b : planted_bugs()) {
+    if (b.name == "topKDropsTies") {
+      EXPECT_EQ(failing(b, true), std::vector<std::string>{"topKDrawsEveryTokenTiedWithTheKth"});
+    }
+  }
 }
 
 // Where SPEC 6 leaves the order of equal scores open, every order passes: the seed's own unstable

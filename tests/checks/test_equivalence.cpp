@@ -12,6 +12,7 @@
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/checks/report.h"
+#include "tinygpt/ring_kv_cache.h"
 
 #include <ATen/Parallel.h>
 
@@ -23,6 +24,13 @@ namespace tinygpt::checks {
 namespace {
 
 // A small model keeps the full fault matrix fast; its context is short so 2.5 windows are cheap.
+EquivalenceOptions options(const at::Tensor& prompt, int64_t tokens) {
+  EquivalenceOptions o;
+  o.prompt = prompt;
+  o.tokens = tokens;
+  return o;
+}
+
 Config small_config() {
   Config c;
   c.vocab_size = 256;
@@ -37,7 +45,7 @@ class Harness : public ::testing::Test {
  protected:
   void SetUp() override { model->eval(); }
   GPT model{small_config(), 11};
-  EquivalenceOptions opts{at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 80};
+  EquivalenceOptions opts = options(at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 80);
 };
 
 const std::vector<std::string> kChecks = {"tokens",         "logits",  "window-reference", "reset",
@@ -233,7 +241,7 @@ TEST_F(Harness, JsonReportCarriesTheVerdictAndTheFigures) {
 
 // SPEC 4 feeds the last `context` tokens of a longer prompt; the references follow it.
 TEST_F(Harness, APromptLongerThanTheContextIsCheckedFromItsLastWindow) {
-  EquivalenceOptions long_prompt{at::arange(1, 41, at::kLong).unsqueeze(0), 20};
+  EquivalenceOptions long_prompt = options(at::arange(1, 41, at::kLong).unsqueeze(0), 20);
   const auto ref = build_reference(model, long_prompt);
   const auto r = check_equivalence(model, long_prompt, ref, cache_registry().get("static"));
   EXPECT_TRUE(r.passed()) << format_equivalence(r);
@@ -262,7 +270,7 @@ TEST(Concurrency, ThreadsRunningChecksOnTheirOwnModelsGiveWhatEachGivesAlone) {
   auto run = [](uint64_t seed, const std::string& cache) {
     GPT model{small_config(), seed};
     model->eval();
-    EquivalenceOptions o{at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 60};
+    EquivalenceOptions o = options(at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 60);
     const auto ref = build_reference(model, o);
     const auto r = check_equivalence(model, o, ref, cache_registry().get(cache));
     Outcome out{r.produced, {}};
@@ -399,6 +407,42 @@ TEST_F(Harness, PrecisionStatisticsAreReportedAndCanJudge) {
   lenient.tolerance.max_kl = kl / 2;
   ModelTarget off3(model, cache_registry().get("decode-pos-off-by-one"));
   EXPECT_EQ(run_checks(model, lenient, off3, {"logits"}).checks[0].status, Status::Fail);
+}
+
+// What serving engines do to a cache, on the production caches: every serving check passes and
+// batch sizes 1-8 are measured; a cache that cannot fork (the CUDA graph's ring) is skipped, saying why.
+TEST_F(Harness, TheProductionCachesPassWhatServingEnginesDo) {
+  const std::vector<std::string> serving = {"ragged", "join-leave", "fork", "rollback", "batch-sizes"};
+  for (const char* name : {"rolling", "static"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, opts, t, serving);
+    ASSERT_EQ(r.checks.size(), serving.size());
+    for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Pass) << name << " " << c.name << ": " << c.detail;
+    const CheckResult& sizes = r.checks.back();
+    for (int b = 1; b <= 8; ++b) EXPECT_TRUE(sizes.stats.count("invariance_b" + std::to_string(b))) << b;
+    EXPECT_EQ(sizes.stats.at("invariance_b1"), 0.0) << "a batch of one is the row alone";
+  }
+  CacheVariant ring;
+  ring.name = "ring";
+  ring.make_cache = [](const Config& c) { return std::make_unique<RingKVCache>(c); };
+  ModelTarget t(model, ring);
+  const auto r = run_checks(model, opts, t, {"fork"});
+  EXPECT_EQ(r.checks[0].status, Status::Skipped);
+  EXPECT_NE(r.checks[0].detail.find("ring"), std::string::npos) << r.checks[0].detail;
+}
+
+// --require-batch-invariance: a difference under the tolerance fails only when asked.
+TEST_F(Harness, BatchInvarianceFailsOnlyWhenRequired) {
+  ModelTarget t(model, cache_registry().get("rolling"));
+  const auto measured = run_checks(model, opts, t, {"batch-sizes"});
+  ASSERT_EQ(measured.checks[0].status, Status::Pass) << measured.checks[0].detail;
+  double worst = 0;
+  for (const auto& [k, v] : measured.checks[0].stats) worst = std::max(worst, v);
+  EquivalenceOptions strict = opts;
+  strict.require_batch_invariance = true;
+  ModelTarget t2(model, cache_registry().get("rolling"));
+  const auto judged = run_checks(model, strict, t2, {"batch-sizes"});
+  EXPECT_EQ(judged.checks[0].status, worst > 0 ? Status::Fail : Status::Pass) << judged.checks[0].detail;
 }
 
 // The check table: every check written once, named once; conform and equivalence run its rows.

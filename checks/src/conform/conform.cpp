@@ -61,41 +61,85 @@ std::vector<std::string> conform_selection(const std::vector<std::string>& group
   return out;
 }
 
+struct LoadedEngine::Impl {
+  std::string checkpoint, name, format;
+  Checkpoint ck;
+  GPT model{nullptr};
+  TempDir tmp;
+  std::unique_ptr<EngineProcess> proc;
+  json hello;
+  int protocol = 1;
+  std::vector<std::string> operations;
+};
+
+LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkpoint, double timeout_s,
+                           const std::function<void(const std::string&)>& progress)
+    : impl_(std::make_unique<Impl>()) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  Impl& m = *impl_;
+  m.checkpoint = checkpoint.empty() ? data_dir() + "/fixture.safetensors" : checkpoint;
+  m.ck = read_any_checkpoint(m.checkpoint);
+  m.model = model_from_checkpoint(m.ck, c10::Device(c10::kCPU), m.checkpoint);
+  const Config& cfg = m.model->config();
+  m.proc = std::make_unique<EngineProcess>(command, timeout_s);
+  m.hello = m.proc->call({{"op", "hello"}, {"protocol", 2}});
+  if (!m.hello["ok"].get<bool>()) throw EngineUnusable("engine: 'hello' answered ok false: " + m.hello["error"].get<std::string>());
+  m.name = m.hello.value("name", std::string("(unnamed)"));
+  m.protocol = m.hello.contains("protocol") && m.hello["protocol"].is_number_integer() ? m.hello["protocol"].get<int>() : 1;
+  if (m.protocol >= 2 && m.hello.contains("operations") && m.hello["operations"].is_array())
+    for (const auto& op : m.hello["operations"])
+      if (op.is_string()) m.operations.push_back(op.get<std::string>());
+  const auto& known = export_formats();
+  if (m.hello.contains("formats") && m.hello["formats"].is_array())
+    for (const auto& f : m.hello["formats"])
+      if (f.is_string() && m.format.empty() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end())
+        m.format = f.get<std::string>();
+  if (m.format.empty())
+    throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx): " + m.hello.dump());
+  const std::string file = m.tmp.path + "/model." + m.format;
+  say("writing the model as " + m.format);
+  export_model(m.ck, m.model, m.format, file);
+  const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},
+                       {"n_layers", cfg.n_layers}, {"context", cfg.context}};
+  json load = m.proc->call({{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}});
+  if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + load["error"].get<std::string>());
+  say("engine '" + m.name + "' loaded " + m.checkpoint + " as " + m.format);
+}
+
+LoadedEngine::~LoadedEngine() = default;
+const std::string& LoadedEngine::name() const { return impl_->name; }
+const std::string& LoadedEngine::format() const { return impl_->format; }
+const std::string& LoadedEngine::checkpoint() const { return impl_->checkpoint; }
+const nlohmann::json& LoadedEngine::hello() const { return impl_->hello; }
+int LoadedEngine::protocol() const { return impl_->protocol; }
+bool LoadedEngine::supports(const std::string& op) const {
+  return std::find(impl_->operations.begin(), impl_->operations.end(), op) != impl_->operations.end();
+}
+GPT& LoadedEngine::model() { return impl_->model; }
+EngineProcess& LoadedEngine::process() { return *impl_->proc; }
+nlohmann::json LoadedEngine::call(const nlohmann::json& request) { return impl_->proc->call(request); }
+
 ConformReport run_conform(const ConformOptions& o) {
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };
   ConformReport rep;
   rep.command = o.engine;
-  rep.checkpoint = o.checkpoint.empty() ? data_dir() + "/fixture.safetensors" : o.checkpoint;
   const std::vector<std::string> names = conform_selection(o.groups);
-  const Checkpoint ck = read_any_checkpoint(rep.checkpoint);
-  GPT model = model_from_checkpoint(ck, c10::Device(c10::kCPU), rep.checkpoint);
-  const Config& cfg = model->config();
   at::NoGradGuard no_grad;
-
-  TempDir tmp;
-  EngineProcess proc(o.engine, o.timeout_s);
-  json hello = proc.call({{"op", "hello"}, {"protocol", 1}});
-  if (!hello["ok"].get<bool>()) throw EngineUnusable("engine: 'hello' answered ok false: " + hello["error"].get<std::string>());
-  rep.engine_name = hello.value("name", std::string("(unnamed)"));
-  const auto& known = export_formats();
-  if (hello.contains("formats") && hello["formats"].is_array())
-    for (const auto& f : hello["formats"])
-      if (f.is_string() && rep.format.empty() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end())
-        rep.format = f.get<std::string>();
-  if (rep.format.empty())
-    throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx): " + hello.dump());
-  const std::string file = tmp.path + "/model." + rep.format;
-  say("writing the model as " + rep.format);
-  export_model(ck, model, rep.format, file);
-  const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},
-                       {"n_layers", cfg.n_layers}, {"context", cfg.context}};
-  json load = proc.call({{"op", "load"}, {"checkpoint", file}, {"format", rep.format}, {"config", config}});
-  if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + load["error"].get<std::string>());
-  say("engine '" + rep.engine_name + "' loaded " + rep.checkpoint + " as " + rep.format);
+  LoadedEngine engine(o.engine, o.checkpoint, o.timeout_s, o.progress);
+  rep.checkpoint = engine.checkpoint();
+  rep.engine_name = engine.name();
+  rep.format = engine.format();
+  GPT& model = engine.model();
+  const Config& cfg = model->config();
+  EngineProcess& proc = engine.process();
+  const json& hello = engine.hello();
 
   RemoteTarget target(proc, hello, cfg.vocab_size, cfg.context);
+  rep.protocol = engine.protocol();
   rep.deviations = target.deviations();
   EquivalenceOptions eo;
   eo.prompt = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0);
@@ -104,6 +148,7 @@ ConformReport run_conform(const ConformOptions& o) {
   eo.past_window = !o.no_past_window;
   eo.tolerance = o.tolerance;
   eo.self_stride = o.self_stride;
+  eo.require_batch_invariance = o.require_batch_invariance;
   // The batch check's rows: prompts 11 ids apart, as protocol-1 engines have always been checked.
   eo.batch_stride = 11;
   validate(eo);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -22,6 +23,10 @@ json ids_json(const at::Tensor& ids) {  // (B, T) int64 -> [[...], ...]
 RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, int64_t context)
     : p_(p), name_("engine '" + hello.value("name", std::string("(unnamed)")) + "'"), vocab_(vocab), context_(context) {
   has_sampler_ = !(hello.contains("sampler") && hello["sampler"].is_boolean() && !hello["sampler"].get<bool>());
+  if (hello.contains("protocol") && hello["protocol"].is_number_integer()) protocol_ = hello["protocol"].get<int>();
+  if (hello.contains("operations") && hello["operations"].is_array())
+    for (const auto& o : hello["operations"])
+      if (o.is_string()) operations_.push_back(o.get<std::string>());
   if (hello.contains("deviations") && hello["deviations"].is_array())
     for (const auto& d : hello["deviations"])
       if (d.is_string()) deviations_.push_back(d.get<std::string>());
@@ -52,6 +57,48 @@ at::Tensor RemoteTarget::prefill(const at::Tensor& ids) {
 at::Tensor RemoteTarget::step(const at::Tensor& ids) {
   return logits(ok({{"op", "step"}, {"ids", ids_json(ids)}}), ids.size(0), "step");
 }
+
+std::string RemoteTarget::serving_unsupported(const std::string& op) const {
+  if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
+  if (!op.empty() && std::find(operations_.begin(), operations_.end(), op) == operations_.end())
+    return "the engine does not support " + op + " (its hello's operations: " + json(operations_).dump() + ")";
+  return "";
+}
+
+namespace {
+json rows_of_ids(const std::vector<std::vector<int64_t>>& prompts) {
+  json rows = json::array();
+  for (const auto& p : prompts) rows.push_back(p);
+  return rows;
+}
+int64_t row_id(const json& a, const std::string& op) {
+  if (!a.contains("row") || !a["row"].is_number_integer()) throw WrongAnswer("'" + op + "' answered without an integer \"row\"");
+  return a["row"].get<int64_t>();
+}
+}  // namespace
+
+std::vector<int64_t> RemoteTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& out) {
+  const json a = ok({{"op", "prefill"}, {"ids", rows_of_ids(prompts)}});
+  out = logits(a, static_cast<int64_t>(prompts.size()), "prefill");
+  if (!a.contains("rows") || !a["rows"].is_array() || a["rows"].size() != prompts.size())
+    throw WrongAnswer("'prefill' answered without \"rows\": the ids of the " + std::to_string(prompts.size()) + " new rows");
+  std::vector<int64_t> ids;
+  for (const auto& r : a["rows"]) {
+    if (!r.is_number_integer()) throw WrongAnswer("'prefill' answered a row id that is not an integer: " + r.dump());
+    ids.push_back(r.get<int64_t>());
+  }
+  return ids;
+}
+
+at::Tensor RemoteTarget::step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
+  json col = json::array();
+  for (int64_t id : ids) col.push_back(json::array({id}));
+  return logits(ok({{"op", "step"}, {"rows", rows}, {"ids", col}}), static_cast<int64_t>(rows.size()), "step");
+}
+
+int64_t RemoteTarget::fork_row(int64_t row) { return row_id(ok({{"op", "fork"}, {"row", row}}), "fork"); }
+void RemoteTarget::truncate_row(int64_t row, int64_t n) { ok({{"op", "truncate"}, {"row", row}, {"n", n}}); }
+void RemoteTarget::release_row(int64_t row) { ok({{"op", "release"}, {"row", row}}); }
 
 // (B, V) float logits from an answer; WrongAnswer naming what is wrong.
 at::Tensor RemoteTarget::logits(const json& a, int64_t rows, const std::string& op) const {

@@ -39,6 +39,14 @@ class RemoteTarget final : public DecodeTarget {
   std::vector<std::string> deviations() const override { return deviations_; }
   std::string loop_name() const override { return "engine"; }
 
+  // Protocol 2: rows by id. Supported when hello says "protocol": 2 and lists the operation.
+  std::string serving_unsupported(const std::string& op) const override;
+  std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
+  at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
+  int64_t fork_row(int64_t row) override;
+  void truncate_row(int64_t row, int64_t n) override;
+  void release_row(int64_t row) override;
+
   // Set once the engine could not be talked to: every later request throws it again.
   const std::optional<std::string>& unusable() const { return unusable_; }
 
@@ -53,6 +61,8 @@ class RemoteTarget final : public DecodeTarget {
   int64_t vocab_, context_;
   std::optional<std::string> unusable_;
   bool has_sampler_ = true;
+  int protocol_ = 1;
+  std::vector<std::string> operations_;
   props::SamplerUnderTest sampler_;
 };
 

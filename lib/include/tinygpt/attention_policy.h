@@ -17,6 +17,8 @@ class AttentionPolicy {
   // q, k, v: (B, H, T, hd) for tokens at positions start .. start+T-1.
   // Production: RoPE on q and k with that start; v is never rotated.
   virtual void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start) const;
+  // The same for rows at positions of their own (a ragged batch): positions (B, T) int64.
+  virtual void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions) const;
 
   // Additive mask for tq queries over tk keys, (tq, tk) with 0 or -inf, or an undefined
   // tensor for "no mask". The queries are the LAST tq of the tk positions, so query i may see

@@ -27,13 +27,13 @@ class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const Config& cfg);
 
-  // x: (B, T, d) for tokens at positions start .. start+T-1.
-  // cache == nullptr: attend only among these T tokens. Otherwise the cache supplies the
-  // keys/values. `kernels` picks the code of the projections and the decode attention.
-  // Returns (B, T, d), plus `residual` (B, T, d) when given.
+  // x: (B, T, d) for tokens at positions start .. start+T-1, or at `positions` (B, T) when given
+  // (rows at positions of their own). cache == nullptr: attend only among these T tokens. Otherwise
+  // the cache supplies the keys/values (and which of them each row may see). `kernels` picks the code
+  // of the projections and the decode attention. Returns (B, T, d), plus `residual` (B, T, d) when given.
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
                      KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library,
-                     const at::Tensor& residual = {});
+                     const at::Tensor& residual = {}, const at::Tensor& positions = {});
 
   torch::nn::Linear qkv{nullptr};  // weight (3d, d), no bias
   torch::nn::Linear out{nullptr};  // weight (d, d), no bias
@@ -46,9 +46,10 @@ TORCH_MODULE(Attention);
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const Config& cfg);
-  // x: (B, T, d) -> (B, T, d)
+  // x: (B, T, d) -> (B, T, d); `positions` (B, T) as in AttentionImpl::forward.
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                     KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library);
+                     KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library,
+                     const at::Tensor& positions = {});
 
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   Attention attn{nullptr};
@@ -88,6 +89,10 @@ class GPTImpl : public torch::nn::Module {
   // validates the prompt once and the chooser's ids on its own.
   at::Tensor step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
                             Kernels kernels);
+  // A cached step of rows at positions of their own: idx (B, T), positions (B, T) int64 (a ragged
+  // batch, serving.h). Returns the last column's logits (B, V).
+  at::Tensor step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy,
+                     Kernels kernels);
 
   // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
@@ -102,7 +107,7 @@ class GPTImpl : public torch::nn::Module {
   // x (B, T, d) -> logits (B, T, V) through the final norm and the tied head.
   at::Tensor head(const at::Tensor& x, Kernels kernels);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
-                        KVCache* cache, Kernels kernels);
+                        KVCache* cache, Kernels kernels, const at::Tensor& positions = {});
   Config cfg_;
 };
 TORCH_MODULE(GPT);

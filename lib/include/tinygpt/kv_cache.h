@@ -5,6 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,7 +32,25 @@ class KVCache {
   // Bytes the cache holds allocated for K and V, every layer (>= bytes()). The series' cache
   // allocates exactly what it stores; a preallocated one holds room for more.
   virtual int64_t capacity_bytes() const { return bytes(); }
+
+  // Which of the keys the last update of `layer` returned each row may see: (B, S) bool, or undefined
+  // when all of them. A batch of rows of different lengths (serving.h) marks each row's padding.
+  virtual at::Tensor key_mask(int64_t layer) const { return at::Tensor(); }
+
+  // --- Serving operations on one sequence (serving.h holds one cache per row) ---
+  // Empty when fork and rollback work; else why not, for the checks to skip with.
+  virtual std::string row_ops_unsupported() const { return "this cache does not implement clone and truncate"; }
+  // An independent copy of everything stored: a fork. Writes to either never reach the other.
+  virtual std::unique_ptr<KVCache> clone() const;
+  // Drops the newest n entries (a rejected speculative draft). SPEC 4's window is over the sequence
+  // that remains, so entries those n had pushed out of the window come back: a cache keeps
+  // kRollbackEntries beyond the window for that, and refuses a longer rollback.
+  virtual void truncate(int64_t n);
 };
+
+// Entries a rolling or static cache keeps beyond the window, so a rollback of up to this many tokens
+// past the window restores exactly the window the remaining sequence had.
+constexpr int64_t kRollbackEntries = 64;
 
 // The series' cache: per layer, append the new k, v; attend to everything stored plus the
 // new entries (up to context+1 keys for a decode step); then keep only the last `context`.
@@ -44,10 +64,16 @@ class RollingKVCache final : public KVCache {
   void reset() override;
   int64_t length() const override;
   int64_t bytes() const override;
+  int64_t capacity_bytes() const override;
+  std::string row_ops_unsupported() const override { return ""; }
+  std::unique_ptr<KVCache> clone() const override;
+  void truncate(int64_t n) override;
 
  private:
   int64_t context_;
-  std::vector<at::Tensor> k_, v_;  // per layer: (B, H, <=context, hd), undefined when empty
+  // per layer: (B, H, <= context + kRollbackEntries, hd), undefined when empty; the newest `context`
+  // entries are the window, the older ones wait for a rollback.
+  std::vector<at::Tensor> k_, v_;
 };
 
 }  // namespace tinygpt

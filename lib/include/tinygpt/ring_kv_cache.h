@@ -30,6 +30,9 @@ class RingKVCache final : public KVCache {
   int64_t length() const override;
   int64_t bytes() const override;
   int64_t capacity_bytes() const override;
+  std::string row_ops_unsupported() const override {
+    return "the CUDA graph's ring holds a fixed context + 1 slots per sequence: no room to keep entries for a rollback";
+  }
 
   int64_t context() const { return context_; }
   int64_t layers() const { return static_cast<int64_t>(k_.size()); }

@@ -17,6 +17,7 @@
 #include "tinygpt/generate.h"
 #include "tinygpt/kv_cache.h"
 #include "tinygpt/kernels.h"
+#include "tinygpt/serving.h"
 
 namespace tinygpt::checks {
 
@@ -39,11 +40,15 @@ struct CacheVariant {
   StepFactory make_step;                            // null: the model's reference step
   std::shared_ptr<const AttentionPolicy> policy;    // null: production
   std::shared_ptr<const DecodeSchedule> schedule;   // null: production
+  std::shared_ptr<const ServingSchedule> serving;   // the serving loop's bookkeeping; null: production
   Kernels kernels = Kernels::Library;
   bool is_fault = false;
   // For a fault: the checks that must catch it on any model (logit-level evidence); the fault
   // matrix fails when one of them misses it.
   std::vector<std::string> expected;
+  // The checks its run of the fault matrix makes: empty, the default set. A serving fault runs the
+  // serving checks (the default ones never drive rows apart).
+  std::vector<std::string> checks;
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;

@@ -51,6 +51,9 @@ struct EquivalenceOptions {
   int64_t reset_tokens = 32;
   // The self check compares every self_stride-th decode step inside the window (and the last).
   int64_t self_stride = 1;
+  // batch-sizes fails on any difference between a row in a batch and the row alone, not only on one
+  // over the tolerance.
+  bool require_batch_invariance = false;
   // false: the target is never driven past the context (its long-sequence semantics are its own):
   // the past-window checks are skipped, saying so, and the caller keeps `tokens` inside the window.
   bool past_window = true;
@@ -126,7 +129,8 @@ class CheckContext {
 };
 
 // The model checks, in the order they run: tokens, logits, window-reference, reset, teacher-forced,
-// sampled, long-prompt, batch (the default set), then self.
+// sampled, long-prompt, batch (the default set), then self, and the serving checks: ragged,
+// join-leave, fork, rollback, batch-sizes.
 const std::vector<CheckDef>& model_checks();
 // The sampler checks through the target's `pick`: sampler/<law> for every law that holds for a
 // sampler seen through its draws, and sampler/<fixed check>.

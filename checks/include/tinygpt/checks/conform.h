@@ -5,10 +5,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/result.h"
@@ -34,6 +37,7 @@ struct ConformOptions {
   std::vector<std::string> groups{"all"};
   Tolerances tolerance;
   int64_t self_stride = 1;  // the self check prefills every self_stride-th in-window step (and the last)
+  bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
   std::function<void(const std::string&)> progress;
 };
 
@@ -51,6 +55,36 @@ struct ConformReport {
 // The model check names `groups` selects, in table order (a group of model checks that need the
 // main run also runs it). Throws std::invalid_argument on an unknown group.
 std::vector<std::string> conform_selection(const std::vector<std::string>& groups);
+
+class EngineProcess;
+
+// An engine started, greeted (hello, protocol 2 offered) and loaded with a checkpoint written in the
+// first format it names that we write; our model loaded from the same checkpoint. What conform and
+// `tinygpt bench --vs-engine` start from. Throws EngineUnusable when any of that fails; the
+// destructor ends the engine and removes the written file.
+class LoadedEngine {
+ public:
+  LoadedEngine(const std::string& command, const std::string& checkpoint, double timeout_s,
+               const std::function<void(const std::string&)>& progress = {});
+  ~LoadedEngine();
+  LoadedEngine(const LoadedEngine&) = delete;
+  LoadedEngine& operator=(const LoadedEngine&) = delete;
+
+  const std::string& name() const;        // hello's "name"
+  const std::string& format() const;      // the format it loaded
+  const std::string& checkpoint() const;  // the checkpoint given (the fixture when empty)
+  const nlohmann::json& hello() const;
+  int protocol() const;                   // 1, or 2 when hello answered protocol 2
+  bool supports(const std::string& op) const;  // protocol 2 and op in hello's "operations"
+  GPT& model();                           // ours, from the same checkpoint (CPU)
+  // One request and its answer (ok or not); throws EngineUnusable when the engine cannot answer.
+  nlohmann::json call(const nlohmann::json& request);
+  EngineProcess& process();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // Throws EngineUnusable when the engine cannot be started, loaded or greeted; otherwise returns
 // every selected row (a fatal mid-run failure is in `fatal`, the remaining rows as errors).

@@ -26,6 +26,8 @@ struct FaultOutcome {
   std::optional<int64_t> first_logit_position_over;  // production loop or teacher-forced, any reference
   double worst_logit_diff = 0;
   std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
+  bool drift_measured = true;                    // false when its run made no greedy main run
+  bool ran(const std::string& check) const;      // the check was part of its run
   bool caught() const;                           // some check failed on it
   bool caught_by(const std::string& check) const;  // that check's status is fail
   std::vector<std::string> missed_expected() const;
@@ -35,6 +37,8 @@ struct FaultOutcome {
 struct InjectionReport {
   std::vector<FaultOutcome> faults;
   std::vector<EquivalenceResult> controls;  // the production variants through the same checks (must pass)
+  // Every check any fault's run made, in the check table's order: the matrix's columns.
+  std::vector<std::string> check_names() const;
   int caught() const;
   bool controls_passed() const;
   bool faults_passed() const;  // every fault caught, each by every check it expects
@@ -46,7 +50,14 @@ struct InjectionOptions {
   // New tokens of each fault's run (0: as the controls). Faults past the window show from
   // position `context`, so context + 64 catches them at half the cost of the seed's 600.
   int64_t fault_tokens = 0;
+  // New tokens of the `batch` and `sampled` checks of each fault's run (0: as for the controls).
+  // The faults those two are meant for (rows mixed or shifted, a penalty history without the
+  // prompt) show from the first step; every past-window fault has window-reference and
+  // teacher-forced at fault_tokens.
+  int64_t fault_side_tokens = 0;
   std::vector<const CacheVariant*> controls;  // empty: every production variant of the registry
+  // The checks the controls run (empty: the default set); each fault runs its own list (CacheVariant::checks).
+  std::vector<std::string> control_checks;
   const Reference* reference = nullptr;       // reuse a reference built for `opts` (else built here)
   // Runs (controls and faults) checked at once (run_in_parallel): 0 = default_workers. Each run
   // has its own cache and generators: the worker count changes no figure. The intra-op threads

@@ -2,7 +2,6 @@
 // registered cache variant (ModelTarget, below), an engine in any language over the conform
 // protocol (conform.h), and a user's C++ cache through the conformance kit (a CacheVariant of
 // theirs, so a ModelTarget again) - and every check in check_suite.h is written once against it.
-// Leaves out the serving operations (fork, truncate, ragged rows): later checks add them.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -16,6 +15,7 @@
 #include "tinygpt/generate.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/laws/sampler_under_test.h"
+#include "tinygpt/serving.h"
 
 namespace tinygpt::checks {
 
@@ -62,6 +62,22 @@ class DecodeTarget {
   // What `generate` runs, for the checks' details: "production loop" for our model, "engine" for an
   // engine over the protocol.
   virtual std::string loop_name() const { return "target"; }
+
+  // --- Serving operations: rows of a running batch, by id (docs/protocol.md, protocol 2) ---
+  // "" when the target supports `op` (ragged, join, fork, truncate); else why not (the serving checks
+  // are then skipped, saying so).
+  virtual std::string serving_unsupported(const std::string& op) const { return "the target does not support " + op; }
+  // New rows from prompts of any lengths (each at its own positions from 0), prefilled together, next
+  // to any rows already running: their ids; `logits` (R, V) each one's last position.
+  virtual std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits);
+  // One token for each listed row (ids, one per row), each at its own next position: (R, V).
+  virtual at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
+  // A new row continuing from `row`: its id.
+  virtual int64_t fork_row(int64_t row);
+  // Drops the newest n tokens of `row` (a rejected draft).
+  virtual void truncate_row(int64_t row, int64_t n);
+  // `row` leaves the batch.
+  virtual void release_row(int64_t row);
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -85,12 +101,22 @@ class ModelTarget final : public DecodeTarget {
   KVCache& cache() { return *decoder_.cache; }
   const CacheVariant& variant() const { return *variant_; }
 
+  // Serving operations through a RowBatch of this variant's caches (one per row).
+  std::string serving_unsupported(const std::string& op) const override;
+  std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
+  at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
+  int64_t fork_row(int64_t row) override;
+  void truncate_row(int64_t row, int64_t n) override;
+  void release_row(int64_t row) override;
+
  private:
+  RowBatch& rows();
   GPT model_;
   const CacheVariant* variant_;
   Decoder decoder_;
   int64_t fed_ = 0;  // tokens fed since the last reset: the next step's position
   props::SamplerUnderTest sampler_;
+  std::unique_ptr<RowBatch> rows_;  // made on first use; `reset` ends it
 };
 
 // Row b = `row` (1, T0) with every id shifted by `stride` x b (mod vocab): a batch of `rows`

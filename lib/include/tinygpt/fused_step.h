@@ -1,0 +1,36 @@
+// The CPU decode step as one function over raw buffers: the `static` cache's step. The model's own
+// step (GPTImpl::step with Kernels::Decode) makes ~15 LibTorch calls a layer - views, splits,
+// transposes, allocations, the cache's copies - and at batch 1 on one thread they took 44% of a
+// step on the dev machine (694 of 1,579 us; `tinygpt bench --profile`). This step runs the same
+// kernels (kernels_raw.h: the same products, norms, RoPE, attention and GELU, in the same order)
+// on preallocated scratch, writing the new keys and values straight into the StaticKVCache it is
+// bound to, so its logits equal the model's Decode step bit for bit (tests/lib/test_fused_step.cpp).
+//
+// Takes one-token steps of 1 to kMatvecMaxRows rows, float32 on the CPU, Kernels::Decode, the
+// production attention policy; anything else (a prefill, a GPU, Kernels::Library) is the model's
+// own step, unchanged. Not thread-safe: one step function per decoder, as the registry makes them.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "tinygpt/decode_step.h"
+
+namespace tinygpt {
+
+class StaticKVCache;
+
+class FusedCpuStep final : public StepFunction {
+ public:
+  explicit FusedCpuStep(StaticKVCache& cache) : cache_(cache) {}
+  // idx (B, T) at positions start.. through `cache` (the one bound) -> (B, V).
+  at::Tensor operator()(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, Kernels kernels) override;
+
+ private:
+  StaticKVCache& cache_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace tinygpt

@@ -1,0 +1,128 @@
+// The serving layer (serving.h): rows of different lengths, forks and rollbacks on one-row caches.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "tinygpt/generate.h"
+#include "tinygpt/ring_kv_cache.h"
+#include "tinygpt/serving.h"
+#include "tinygpt/static_kv_cache.h"
+
+namespace tinygpt {
+namespace {
+
+Config small() {
+  Config c;
+  c.vocab_size = 64;
+  c.d_model = 32;
+  c.n_heads = 4;
+  c.n_layers = 2;
+  c.context = 16;
+  return c;
+}
+
+class Serving : public ::testing::Test {
+ protected:
+  void SetUp() override { model->eval(); }
+  Config cfg = small();
+  GPT model{cfg, 3};
+  // A sequence's per-step logits through the production loop alone (batch 1): (n, V).
+  at::Tensor alone(const std::vector<int64_t>& prompt, const std::vector<int64_t>& next, KVCache& cache) {
+    Recorder keep;
+    at::NoGradGuard no_grad;
+    // Teacher-forced by the tokens the batched run chose, so both see the same sequence.
+    size_t i = 0;
+    generate_cached(model, at::tensor(prompt, at::kLong).unsqueeze(0), static_cast<int64_t>(next.size()),
+                    [&](const at::Tensor&, const at::Tensor&) { return at::tensor(std::vector<int64_t>{next[i++]}, at::kLong); },
+                    cache, {}, keep.observer());
+    return keep.stacked()[0];
+  }
+};
+
+// Rows of 3, 7 and 12 tokens prefilled and stepped together, past the window: each row as alone.
+TEST_F(Serving, RaggedRowsEqualEachRowAlone) {
+  RowBatch batch(*model, [this] { return std::make_unique<RollingKVCache>(cfg); }, DecodePath{});
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10}, {11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}};
+  at::Tensor logits;
+  const auto rows = batch.add(prompts, logits);
+  ASSERT_EQ(rows.size(), 3u);
+  std::vector<std::vector<at::Tensor>> got(3);
+  std::vector<std::vector<int64_t>> next(3);
+  for (int step = 0; step < 30; ++step) {  // the 3-token row reaches position 33, twice the window
+    std::vector<int64_t> ids;
+    for (int r = 0; r < 3; ++r) {
+      got[r].push_back(logits[r].clone());
+      next[r].push_back(logits[r].argmax().item<int64_t>());
+      ids.push_back(next[r].back());
+    }
+    logits = batch.step(rows, ids);
+  }
+  for (int r = 0; r < 3; ++r) {
+    RollingKVCache cache(cfg);
+    const at::Tensor want = alone(prompts[r], next[r], cache);
+    EXPECT_LT((at::stack(got[r]) - want).abs().max().item<double>(), 1e-5) << "row " << r;
+    EXPECT_EQ(batch.next_position(rows[r]), static_cast<int64_t>(prompts[r].size()) + 30) << "positions count the row's own tokens";
+  }
+}
+
+// A rollback restores the exact state: after k drafts and a truncate of j, the rolling and static
+// caches hold what a cache that never saw the rejected tokens holds, past the window too.
+TEST_F(Serving, TruncateRestoresTheWindowTheRemainingSequenceHad) {
+  for (int which = 0; which < 2; ++which) {
+    auto make = [&]() -> std::unique_ptr<KVCache> {
+      if (which == 0) return std::make_unique<RollingKVCache>(cfg);
+      return std::make_unique<StaticKVCache>(cfg);
+    };
+    auto drafted = make(), straight = make();
+    at::Generator g = at::detail::createCPUGenerator(5);
+    const at::Tensor k = at::randn({1, 4, 40, 8}, g), v = at::randn({1, 4, 40, 8}, g);
+    for (int64_t t = 0; t < 30; ++t)
+      for (auto* c : {drafted.get(), straight.get()}) c->update(0, k.narrow(2, t, 1), v.narrow(2, t, 1));
+    for (int64_t t = 30; t < 34; ++t) drafted->update(0, k.narrow(2, t, 1), v.narrow(2, t, 1));  // 4 drafts
+    drafted->truncate(3);                                                                       // 1 accepted
+    straight->update(0, k.narrow(2, 30, 1), v.narrow(2, 30, 1));
+    EXPECT_EQ(drafted->length(), straight->length());
+    const auto a = drafted->update(0, k.narrow(2, 35, 1), v.narrow(2, 35, 1));
+    const auto b = straight->update(0, k.narrow(2, 35, 1), v.narrow(2, 35, 1));
+    EXPECT_TRUE(a.first.equal(b.first)) << (which ? "static" : "rolling") << ": the window after a rollback past it";
+    EXPECT_TRUE(a.second.equal(b.second));
+    EXPECT_EQ(a.first.size(2), cfg.context + 1);
+  }
+}
+
+// A fork is a copy: the child's steps never reach the parent, whose logits stay those of a row
+// that was never forked.
+TEST_F(Serving, AForkedRowLeavesItsParentAlone) {
+  RowBatch forked(*model, [this] { return std::make_unique<StaticKVCache>(cfg); }, DecodePath{});
+  RowBatch plain(*model, [this] { return std::make_unique<StaticKVCache>(cfg); }, DecodePath{});
+  at::Tensor lf, lp;
+  const int64_t p = forked.add({{1, 2, 3}}, lf)[0], q = plain.add({{1, 2, 3}}, lp)[0];
+  for (int i = 0; i < 5; ++i) lf = forked.step({p}, {7 + i}), lp = plain.step({q}, {7 + i});
+  const int64_t child = forked.fork(p);
+  EXPECT_EQ(forked.next_position(child), forked.next_position(p));
+  for (int i = 0; i < 25; ++i) {
+    const at::Tensor both = forked.step({p, child}, {20 + i, (40 + i) % 60});  // the child goes elsewhere
+    lp = plain.step({q}, {20 + i});
+    EXPECT_LT((both[0] - lp[0]).abs().max().item<double>(), 1e-5) << "step " << i;
+  }
+  // Rows leave and their slot is reused from a reset cache.
+  forked.release(child);
+  at::Tensor l2;
+  const int64_t again = forked.add({{1, 2, 3}}, l2)[0];
+  EXPECT_EQ(again, child) << "the freed slot is taken first";
+  plain.add({{1, 2, 3}}, lp);
+  EXPECT_LT((l2[0] - lp[0]).abs().max().item<double>(), 1e-5) << "the new row starts from nothing";
+}
+
+TEST_F(Serving, ACacheThatCannotForkSaysWhy) {
+  RowBatch ring(*model, [this] { return std::make_unique<RingKVCache>(cfg); }, DecodePath{});
+  EXPECT_NE(ring.unsupported().find("ring"), std::string::npos) << ring.unsupported();
+  RowBatch rolling(*model, [this] { return std::make_unique<RollingKVCache>(cfg); }, DecodePath{});
+  EXPECT_EQ(rolling.unsupported(), "");
+  at::Tensor l;
+  const int64_t r = rolling.add({{1, 2}}, l)[0];
+  EXPECT_THROW(rolling.truncate(r, 3), std::invalid_argument) << "more tokens than the row has";
+  EXPECT_THROW(rolling.step({r + 5}, {1}), std::invalid_argument) << "a row not in the batch";
+}
+
+}  // namespace
+}  // namespace tinygpt
