@@ -368,7 +368,7 @@ void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tenso
 }
 
 GPT model_from_checkpoint(const Checkpoint& ck, c10::Device device, const std::string& path, std::vector<std::string>* notes) {
-  GPT model(ck.config, 0);
+  GPT model(ck.config, WeightsToFill{});
   try {
     load_weights(model, ck.tensors, notes);
   } catch (const std::exception& e) {

@@ -29,9 +29,21 @@ void check_token_ids(const at::Tensor& idx, int64_t vocab_size, const char* what
                                 " outside [0, " + std::to_string(vocab_size) + ")");
 }
 
+LinearImpl::LinearImpl(int64_t in_features, int64_t out_features, bool with_bias)
+    : in_(in_features), out_(out_features), with_bias_(with_bias) {
+  reset();
+}
+
+void LinearImpl::reset() {
+  weight = register_parameter("weight", at::empty({out_, in_}));
+  if (with_bias_) bias = register_parameter("bias", at::empty({out_}));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+
 AttentionImpl::AttentionImpl(const Config& cfg) : n_heads_(cfg.n_heads) {
-  qkv = register_module("qkv", nn::Linear(nn::LinearOptions(cfg.d_model, 3 * cfg.d_model).bias(false)));
-  out = register_module("out", nn::Linear(nn::LinearOptions(cfg.d_model, cfg.d_model).bias(false)));
+  qkv = register_module("qkv", Linear(cfg.d_model, 3 * cfg.d_model, /*with_bias=*/false));
+  out = register_module("out", Linear(cfg.d_model, cfg.d_model, /*with_bias=*/false));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
@@ -64,8 +76,8 @@ BlockImpl::BlockImpl(const Config& cfg) {
   norm1 = register_module("norm1", nn::LayerNorm(ln));
   attn = register_module("attn", Attention(cfg));
   norm2 = register_module("norm2", nn::LayerNorm(ln));
-  up = nn::Linear(cfg.d_model, 4 * cfg.d_model);
-  down = nn::Linear(4 * cfg.d_model, cfg.d_model);
+  up = Linear(cfg.d_model, 4 * cfg.d_model);
+  down = Linear(4 * cfg.d_model, cfg.d_model);
   mlp = register_module("mlp", nn::Sequential(up, nn::GELU(nn::GELUOptions().approximate("none")), down));  // exact erf GELU
 }
 
@@ -81,17 +93,23 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const Attentio
   return project(u, down->weight, down->bias, kernels, /*residual=*/h);                    // (B, T, d)
 }
 
-GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
+void GPTImpl::build() {
   cfg_.validate();
-  emb = register_module("emb", nn::Embedding(cfg.vocab_size, cfg.d_model));
+  emb = register_module("emb", nn::Embedding(cfg_.vocab_size, cfg_.d_model));
   blocks = register_module("blocks", nn::ModuleList());
-  for (int64_t i = 0; i < cfg.n_layers; ++i) blocks->push_back(Block(cfg));
-  norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({cfg.d_model}).eps(1e-5)));
+  for (int64_t i = 0; i < cfg_.n_layers; ++i) blocks->push_back(Block(cfg_));
+  norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({cfg_.d_model}).eps(1e-5)));
+}
+
+GPTImpl::GPTImpl(const Config& cfg, WeightsToFill) : cfg_(cfg) { build(); }
+
+GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
+  build();
 
   // Series initialisation: weights N(0, 0.02), biases 0, LayerNorm (1, 0); then the two
   // projections that write into the residual stream are re-drawn with std 0.02/sqrt(2 L), so
-  // the residual's variance does not grow with depth. A private generator keeps the global
-  // RNG (which the sampler uses) untouched.
+  // the residual's variance does not grow with depth. A private generator makes the weights a
+  // function of `seed` alone, whatever the global RNG (which the sampler uses) holds.
   at::NoGradGuard no_grad;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   emb->weight.normal_(0.0, 0.02, gen);

@@ -3,6 +3,7 @@
 // Leaves out training-time dropout: this library is for inference and verification.
 #pragma once
 
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -23,6 +24,29 @@
 
 namespace tinygpt {
 
+// y = x W^T (+ b), a torch::nn::Linear that draws nothing when built. GPT's constructor draws the
+// series' initialisation itself and a checkpoint overwrites every weight, so LibTorch's own draw
+// (5.8M numbers from the global generator, about 27 ms of every start here) was thrown away. The
+// parameters start uninitialised (at::empty): whoever builds one fills it.
+class LinearImpl : public torch::nn::Cloneable<LinearImpl> {
+ public:
+  LinearImpl(int64_t in_features, int64_t out_features, bool with_bias = true);
+  void reset() override;
+  at::Tensor forward(const at::Tensor& x);  // (..., in) -> (..., out)
+
+  at::Tensor weight;  // (out, in)
+  at::Tensor bias;    // (out), or undefined without a bias
+
+ private:
+  int64_t in_, out_;
+  bool with_bias_;
+};
+TORCH_MODULE(Linear);
+
+// Tag for GPT's constructor: allocate every parameter and draw none of them; the caller fills them
+// all (model_from_checkpoint, through load_weights, which refuses a state dict that leaves one out).
+struct WeightsToFill {};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   explicit AttentionImpl(const Config& cfg);
@@ -35,8 +59,8 @@ class AttentionImpl : public torch::nn::Module {
                      KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library,
                      const at::Tensor& residual = {}, const at::Tensor& positions = {});
 
-  torch::nn::Linear qkv{nullptr};  // weight (3d, d), no bias
-  torch::nn::Linear out{nullptr};  // weight (d, d), no bias
+  Linear qkv{nullptr};  // weight (3d, d), no bias
+  Linear out{nullptr};  // weight (d, d), no bias
 
  private:
   int64_t n_heads_;
@@ -56,8 +80,8 @@ class BlockImpl : public torch::nn::Module {
   // The state dict names the MLP's layers by position (mlp.0, mlp.2; 1 is the GELU), so they stay
   // in a Sequential; `up` and `down` are the same two modules by name.
   torch::nn::Sequential mlp{nullptr};
-  torch::nn::Linear up{nullptr};    // mlp.0: weight (4d, d), bias (4d)
-  torch::nn::Linear down{nullptr};  // mlp.2: weight (d, 4d), bias (d)
+  Linear up{nullptr};    // mlp.0: weight (4d, d), bias (4d)
+  Linear down{nullptr};  // mlp.2: weight (d, 4d), bias (d)
 };
 TORCH_MODULE(Block);
 
@@ -65,6 +89,8 @@ class GPTImpl : public torch::nn::Module {
  public:
   // Weights drawn with the series' initialisation from `seed` (SPEC 1).
   explicit GPTImpl(const Config& cfg, uint64_t seed = 0);
+  // Every weight allocated and left for the caller to fill (WeightsToFill).
+  GPTImpl(const Config& cfg, WeightsToFill);
 
   const Config& config() const { return cfg_; }
 
@@ -108,6 +134,7 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor head(const at::Tensor& x, Kernels kernels);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
                         KVCache* cache, Kernels kernels, const at::Tensor& positions = {});
+  void build();
   Config cfg_;
 };
 TORCH_MODULE(GPT);
