@@ -84,7 +84,8 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
   EquivalenceOptions fopts = opts;
   if (io.fault_tokens > 0) fopts.tokens = io.fault_tokens;
   if (io.fault_side_tokens < 0) throw std::invalid_argument("inject: fault side tokens must be >= 0");
-  if (io.fault_side_tokens > 0) fopts.batch_tokens = fopts.sampled_tokens = std::min(io.fault_side_tokens, fopts.tokens);
+  if (io.fault_side_tokens > 0)
+    fopts.batch_tokens = fopts.sampled_tokens = fopts.serving_tokens = std::min(io.fault_side_tokens, fopts.tokens);
   const int64_t drift_tokens = std::min(io.drift_tokens, fopts.tokens);
   Reference built;
   if (!io.reference) {

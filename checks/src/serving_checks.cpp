@@ -40,6 +40,13 @@ std::vector<int64_t> prompt_ids(int64_t len, int64_t b, int64_t vocab) {
 
 int64_t top1(const at::Tensor& row) { return row.argmax().item<int64_t>(); }
 
+// Decode steps of ragged, join-leave and fork: `full` (until 16 past the window), or fewer where the
+// options cap them (serving_tokens).
+int64_t serving_steps(const CheckContext& c, int64_t full) {
+  const int64_t n = std::min<int64_t>(c.opts.tokens, full);
+  return c.opts.serving_tokens > 0 ? std::min(n, c.opts.serving_tokens) : n;
+}
+
 // Judges every row against the reference of its own sequence alone; fills `r` and returns false at
 // the first row over the tolerance. `worst` collects the largest banded |diff|.
 bool judge_rows(CheckContext& c, CheckResult& r, const std::vector<std::pair<std::string, RowRun>>& runs, double& worst) {
@@ -93,7 +100,7 @@ void ragged_check(CheckContext& c, CheckResult& r) {
     live.emplace_back(rows[b], &runs[b]);
     current.push_back(logits.to(at::kCPU)[static_cast<int64_t>(b)].clone());
   }
-  const int64_t n = std::min<int64_t>(c.opts.tokens, ctx - lengths[0] + 16);  // the shortest row 16 past the window
+  const int64_t n = serving_steps(c, ctx - lengths[0] + 16);  // the shortest row 16 past the window
   for (int64_t i = 0; i < n; ++i) {
     if (i + 1 == n) {  // the last logits are recorded, not fed
       for (size_t b = 0; b < live.size(); ++b) live[b].second->logits.push_back(current[b]), live[b].second->seq.push_back(top1(current[b]));
@@ -130,7 +137,7 @@ void join_leave_check(CheckContext& c, CheckResult& r) {
   const auto cc = c.target.add_rows({C.seq}, logits);
   live.emplace_back(cc[0], &C);
   current.push_back(logits.to(at::kCPU)[0].clone());
-  const int64_t steps = std::min<int64_t>(c.opts.tokens, ctx + 16 - 5 - 24);  // B 16 past the window
+  const int64_t steps = serving_steps(c, ctx + 16 - 5 - 24);  // B 16 past the window
   for (int64_t i = 0; i < steps; ++i) step_all(c.target, live, current);
   for (size_t b = 0; b < live.size(); ++b) live[b].second->logits.push_back(current[b]), live[b].second->seq.push_back(top1(current[b]));
   double worst = 0;
@@ -162,7 +169,7 @@ void fork_check(CheckContext& c, CheckResult& r) {
   at::Tensor out = c.target.step_rows({p[0], child}, {mine, theirs}).to(at::kCPU);
   live = {{p[0], &P}, {child, &K}};
   current = {out[0].clone(), out[1].clone()};
-  const int64_t steps = std::min<int64_t>(c.opts.tokens, ctx + 16 - 3 - 17);
+  const int64_t steps = serving_steps(c, ctx + 16 - 3 - 17);  // both 16 past the window
   for (int64_t i = 0; i < steps; ++i) step_all(c.target, live, current);
   for (size_t b = 0; b < live.size(); ++b) live[b].second->logits.push_back(current[b]), live[b].second->seq.push_back(top1(current[b]));
   double worst = 0;

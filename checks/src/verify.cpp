@@ -82,7 +82,8 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   for (const auto& c : model_checks())
     if (c.name != "self") io.control_checks.push_back(c.name);  // self: our prefill is what logits compares with
   // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
-  // and 48 tokens for their batch and sampled checks (the faults those are for show at once).
+  // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are
+  // for show at once; rollback keeps crossing the window's edge, where its past-window fault shows).
   io.fault_tokens = std::min(o.tokens, fx.model->config().context + 16);
   io.fault_side_tokens = 48;
   rep.matrix = run_injection(fx.model, opts, faults, io, say);

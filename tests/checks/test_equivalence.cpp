@@ -83,6 +83,32 @@ TEST_F(Harness, EveryFaultIsCaughtByTheChecksItNamesAndTheControlsPass) {
   EXPECT_TRUE(rep.passed()) << format_injection(rep);
 }
 
+// verify's shortened fault runs (past the window by 16; 8 steps for the side and serving checks
+// here, 48 in verify) still catch every fault by the checks it names, and the serving checks run
+// the steps they were given.
+TEST_F(Harness, EveryFaultIsCaughtByShortenedFaultRuns) {
+  const auto faults = cache_registry().all(/*faults=*/true);
+  InjectionOptions io;
+  io.drift_tokens = 40;
+  io.fault_tokens = model->config().context + 16;
+  io.fault_side_tokens = 8;
+  io.control_checks = {"tokens", "ragged"};
+  const auto rep = run_injection(model, opts, faults, io);
+  for (const auto& f : rep.faults) {
+    EXPECT_TRUE(f.caught()) << f.fault << " was missed by every check";
+    EXPECT_TRUE(f.missed_expected().empty()) << f.fault << " missed by " << f.missed_expected().front();
+    for (const auto& k : f.checks)
+      if (k.name == "ragged" && k.status == Status::Pass)
+        EXPECT_NE(k.detail.find("in one batch, 8 steps"), std::string::npos) << f.fault << ": " << k.detail;
+  }
+  // The controls keep the full run: the shortest row 16 past the window.
+  const std::string full = "in one batch, " + std::to_string(model->config().context - 3 + 16) + " steps";
+  for (const auto& c : rep.controls) {
+    ASSERT_EQ(c.checks.size(), 2u);
+    EXPECT_NE(c.checks[1].detail.find(full), std::string::npos) << c.cache << ": " << c.checks[1].detail;
+  }
+}
+
 // The runs of the matrix side by side give what they give one at a time: every verdict, detail,
 // drift and per-step difference, with the controls, for a fault of each family. One worker on
 // one intra-op thread is the reference; two workers get one thread each, as verify runs them.

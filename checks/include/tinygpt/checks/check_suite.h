@@ -49,6 +49,9 @@ struct EquivalenceOptions {
   int64_t long_tokens = 24;
   // The reset check: steps compared after another sequence ran on the same target.
   int64_t reset_tokens = 32;
+  // ragged, join-leave and fork: decode steps after the rows start, join or fork (0: until the
+  // rows are 16 past the window). rollback always runs across the window's edge.
+  int64_t serving_tokens = 0;
   // The self check compares every self_stride-th decode step inside the window (and the last).
   int64_t self_stride = 1;
   // batch-sizes fails on any difference between a row in a batch and the row alone, not only on one

@@ -50,10 +50,11 @@ struct InjectionOptions {
   // New tokens of each fault's run (0: as the controls). Faults past the window show from
   // position `context`, so context + 64 catches them at half the cost of the seed's 600.
   int64_t fault_tokens = 0;
-  // New tokens of the `batch` and `sampled` checks of each fault's run (0: as for the controls).
-  // The faults those two are meant for (rows mixed or shifted, a penalty history without the
-  // prompt) show from the first step; every past-window fault has window-reference and
-  // teacher-forced at fault_tokens.
+  // New tokens of the `batch` and `sampled` checks, and decode steps of `ragged`, `join-leave` and
+  // `fork`, in each fault's run (0: as for the controls). The faults those are meant for (rows mixed
+  // or shifted, a penalty history without the prompt, positions from the padding or the batch, a
+  // reused slot, a shared fork) show from the first step; every past-window fault has
+  // window-reference and teacher-forced at fault_tokens, and rollback always crosses the edge.
   int64_t fault_side_tokens = 0;
   std::vector<const CacheVariant*> controls;  // empty: every production variant of the registry
   // The checks the controls run (empty: the default set); each fault runs its own list (CacheVariant::checks).
