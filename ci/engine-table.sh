@@ -40,6 +40,10 @@ EOF
 [ -x .engines/llama.cpp-exact/adapter ] && run "llama.cpp with exact GELU" .engines/llama.cpp-exact/adapter
 [ -d .engines/onnxruntime/node_modules ] &&
   TINYGPT_ORT_MODULES=$PWD/.engines/onnxruntime/node_modules run "ONNX Runtime (onnxruntime-node)" /usr/bin/node engines/onnxruntime/adapter.mjs
+if [ -d .engines/transformers.js/node_modules ]; then
+  run "transformers.js, its own positions" /usr/bin/node engines/transformers.js/adapter.mjs
+  run "transformers.js, positions from the adapter" TINYGPT_TJS_POSITIONS=adapter /usr/bin/node engines/transformers.js/adapter.mjs
+fi
 run "python reference (python3-torch)" /usr/bin/python3 checks/engines/python_reference.py
 echo "| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |"
 echo "| --- | --- | --- | --- | --- | --- | ---: |"

@@ -7,6 +7,9 @@
 #   .engines/onnxruntime/             onnxruntime-node 1.30.0 and its dependencies through `npm ci` with
 #                                     engines/onnxruntime/package-lock.json (sha512 of every package),
 #                                     install scripts off (its postinstall would download CUDA binaries)
+#   .engines/transformers.js/         @huggingface/transformers 4.3.1 the same way, from
+#                                     engines/transformers.js/package-lock.json (474 MB with its image
+#                                     dependencies; adapter: engines/transformers.js/adapter.mjs)
 # --exact also builds libllama from the bundled source with build_ffn's ggml_gelu replaced by
 # ggml_gelu_erf (about 5 minutes on 2 cores): .engines/llama.cpp-exact/adapter, reported as
 # "llama.cpp v0.4.0 with exact GELU".
@@ -64,7 +67,7 @@ say "llama.cpp adapter: $L/adapter"
 
 if [ "$EXACT" = 1 ]; then
   E=$OUT/llama.cpp-exact
-  if [ ! -x "$E/adapter" ]; then
+  if [ -z "$(find "$E/build" -name 'libllama.so' 2>/dev/null | head -1)" ]; then
     need cmake "building libllama from source"
     rm -rf "$E" && mkdir -p "$E"
     git clone -q "$L/pkg/package/llama/gitRelease.bundle" "$E/src" 2>/dev/null || git clone -q "$L/src" "$E/src"
@@ -75,6 +78,9 @@ if [ "$EXACT" = 1 ]; then
     cmake -S "$E/src" -B "$E/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF \
           -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON >/dev/null
     cmake --build "$E/build" --target llama -j "$(nproc)" >/dev/null
+  fi
+  # The adapter is rebuilt whenever its source changed (seconds); the library only when missing.
+  if [ ! -x "$E/adapter" ] || [ "$ROOT/engines/llama.cpp/adapter.cpp" -nt "$E/adapter" ]; then
     libs=$(dirname "$(find "$E/build" -name 'libllama.so' | head -1)")
     g++ -O2 -std=c++17 -DTINYGPT_EXACT_GELU -o "$E/adapter" "$ROOT/engines/llama.cpp/adapter.cpp" \
         -I"$E/src/include" -I"$E/src/ggml/include" -L"$libs" -L"$E/build/bin" -lllama -lggml -lggml-base -ldl \
@@ -93,3 +99,13 @@ if [ ! -d "$O/node_modules/onnxruntime-node" ] || [ "$ROOT/engines/onnxruntime/p
 fi
 need node "the ONNX Runtime adapter runs on Node.js"
 say "ONNX Runtime: $O/node_modules (adapter: engines/onnxruntime/adapter.mjs, TINYGPT_ORT_MODULES=$O/node_modules)"
+
+# transformers.js: the library and its dependencies, as locked.
+J=$OUT/transformers.js
+if [ ! -d "$J/node_modules/@huggingface/transformers" ] || [ "$ROOT/engines/transformers.js/package-lock.json" -nt "$J/node_modules" ]; then
+  rm -rf "$J" && mkdir -p "$J"
+  cp "$ROOT/engines/transformers.js/package.json" "$ROOT/engines/transformers.js/package-lock.json" "$J/"
+  say "installing @huggingface/transformers 4.3.1 (npm ci, integrity-checked, install scripts off)"
+  (cd "$J" && timeout 900 npm ci --ignore-scripts --no-audit --no-fund --silent) || { say "npm ci failed (registry unreachable?)"; exit 1; }
+fi
+say "transformers.js: $J/node_modules (adapter: engines/transformers.js/adapter.mjs)"

@@ -10,21 +10,34 @@ Outputs: logits (B, V) float32, the last position's;
          `context` of them for the next call (SPEC 4: a decode step attends to up to context + 1 keys).
 Query i (at position start + i) sees every past entry and the new ones up to itself; GELU is the exact
 erf form. Usage: export_onnx.py CHECKPOINT.pt OUT.onnx
+
+With --transformers-js, OUT is a folder laid out as transformers.js loads a causal LM from disk:
+config.json (model_type gpt_neox, for its config normalisation and cache names) and onnx/model.onnx,
+whose names are the Hugging Face ones: input_ids (B, T), position_ids (B, T), past_key_values.L.key /
+.value (B, H, S, hd) in; logits (B, T, V) and present.L.key / .value out. Positions come per row and
+token, so the caller - or transformers.js, from the attention mask - decides them.
+Usage: export_onnx.py --transformers-js CHECKPOINT.pt OUT_DIR
 """
+import json
 import math
 import os
+import shutil
 import sys
 
 import torch
 import torch.nn as nn
 
 
-def rope(x, start):
-    """x (B, H, T, hd) rotated pairwise (2j, 2j+1) at positions start .. start + T - 1 (SPEC 2)."""
+def rope(x, start=None, positions=None):
+    """x (B, H, T, hd) rotated pairwise (2j, 2j+1) at positions start .. start + T - 1, or at
+    positions (B, T) (SPEC 2)."""
     hd, T = x.shape[-1], x.shape[-2]
     freqs = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float32) / hd)
-    pos = (start + torch.arange(T, dtype=torch.int64)).to(torch.float32)
-    ang = pos[:, None] * freqs[None, :]
+    if positions is None:
+        pos = (start + torch.arange(T, dtype=torch.int64)).to(torch.float32)
+        ang = pos[:, None] * freqs[None, :]  # (T, hd/2)
+    else:
+        ang = positions.to(torch.float32)[:, None, :, None] * freqs  # (B, 1, T, hd/2)
     cos, sin = ang.cos(), ang.sin()
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
@@ -42,6 +55,9 @@ class Step(nn.Module):
         return getattr(self, name.replace(".", "_"))
 
     def forward(self, ids, start, *past):
+        return self.run(ids, past, start=start)
+
+    def run(self, ids, past, start=None, positions=None, all_logits=False):
         c = self.cfg
         L, H, d = c["n_layers"], c["n_heads"], c["d_model"]
         hd = d // H
@@ -53,7 +69,7 @@ class Step(nn.Module):
             h = nn.functional.layer_norm(x, (d,), self.p(pre + "norm1.weight"), self.p(pre + "norm1.bias"), 1e-5)
             q, k, v = (h @ self.p(pre + "attn.qkv.weight").t()).split(d, dim=-1)
             q, k, v = (t.reshape(B, T, H, hd).transpose(1, 2) for t in (q, k, v))
-            q, k = rope(q, start), rope(k, start)
+            q, k = rope(q, start, positions), rope(k, start, positions)
             K = torch.cat([past[2 * l], k], dim=2)
             V = torch.cat([past[2 * l + 1], v], dim=2)
             presents += [K, V]
@@ -66,8 +82,49 @@ class Step(nn.Module):
             h = nn.functional.layer_norm(x, (d,), self.p(pre + "norm2.weight"), self.p(pre + "norm2.bias"), 1e-5)
             u = nn.functional.gelu(h @ self.p(pre + "mlp.0.weight").t() + self.p(pre + "mlp.0.bias"))  # exact erf
             x = x + u @ self.p(pre + "mlp.2.weight").t() + self.p(pre + "mlp.2.bias")
-        x = nn.functional.layer_norm(x[:, -1], (d,), self.p("norm.weight"), self.p("norm.bias"), 1e-5)
+        x = nn.functional.layer_norm(x if all_logits else x[:, -1], (d,), self.p("norm.weight"), self.p("norm.bias"), 1e-5)
         return (x @ self.p("emb.weight").t(), *presents)
+
+
+class HfStep(Step):
+    """The same step under the Hugging Face names, positions per token, logits at every position."""
+
+    def forward(self, input_ids, position_ids, *past):
+        return self.run(input_ids, past, positions=position_ids, all_logits=True)
+
+
+def export_transformers_js(src, out):
+    ck = torch.load(src, map_location="cpu")
+    cfg, sd = ck["config"], ck["model"]
+    step = HfStep(sd, cfg).eval()
+    L, H, hd = cfg["n_layers"], cfg["n_heads"], cfg["d_model"] // cfg["n_heads"]
+    ids = torch.tensor([[1, 2, 3]], dtype=torch.int64)
+    positions = torch.tensor([[2, 3, 4]], dtype=torch.int64)
+    past = [torch.zeros(1, H, 2, hd) for _ in range(2 * L)]
+    names_past = [n for l in range(L) for n in ("past_key_values.%d.key" % l, "past_key_values.%d.value" % l)]
+    names_present = [n for l in range(L) for n in ("present.%d.key" % l, "present.%d.value" % l)]
+    # transformers.js sizes an empty cache from these names: batch_size is the batch, the rest 0.
+    axes = {"input_ids": {0: "batch_size", 1: "sequence_length"}, "position_ids": {0: "batch_size", 1: "sequence_length"},
+            "logits": {0: "batch_size", 1: "sequence_length"}}
+    for n in names_past:
+        axes[n] = {0: "batch_size", 2: "past_sequence_length"}
+    for n in names_present:
+        axes[n] = {0: "batch_size", 2: "total_sequence_length"}
+    tmp = out + ".tmp.%d" % os.getpid()
+    os.makedirs(os.path.join(tmp, "onnx"))
+    with torch.no_grad():
+        torch.onnx.export(step, (ids, positions, *past), os.path.join(tmp, "onnx", "model.onnx"),
+                          input_names=["input_ids", "position_ids"] + names_past,
+                          output_names=["logits"] + names_present, dynamic_axes=axes, opset_version=17)
+    config = {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "vocab_size": cfg["vocab_size"],
+              "hidden_size": cfg["d_model"], "num_attention_heads": H, "num_hidden_layers": L,
+              "max_position_embeddings": cfg["context"], "use_cache": True}
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    print("export_onnx: wrote %s (transformers.js layout, %d layers, opset 17)" % (out, L))
 
 
 def main(src, out):
@@ -94,6 +151,9 @@ def main(src, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: export_onnx.py CHECKPOINT.pt OUT.onnx")
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--transformers-js":
+        export_transformers_js(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3:
+        main(sys.argv[1], sys.argv[2])
+    else:
+        sys.exit("usage: export_onnx.py CHECKPOINT.pt OUT.onnx | export_onnx.py --transformers-js CHECKPOINT.pt OUT_DIR")
