@@ -9,9 +9,10 @@
 // Planted faults for the suite's tests (TINYGPT_ENGINE_FAULT): positions-restart (every call starts
 // at position 0: the seed's first bug), never-trimmed (the cache keeps every entry).
 import { createRequire } from "node:module";
-import { createInterface } from "node:readline";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
+
+import { lastEntries, serve } from "../serve.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(process.env.TINYGPT_ORT_MODULES || path.join(here, "node_modules"), "x.js"));
@@ -28,22 +29,14 @@ let cfg = null;      // {layers, heads, headDim, context, vocab}
 let past = null;     // per layer [k, v] ort.Tensor (B, H, S, hd)
 let pos = 0;         // tokens fed so far: the next position (never wrapped)
 
+const f32 = (data, dims) => new ort.Tensor("float32", data, dims);
+
 function emptyPast(B) {
   const { layers, heads, headDim } = cfg;
   const out = [];
   for (let l = 0; l < layers; ++l)
     out.push([0, 1].map(() => new ort.Tensor("float32", new Float32Array(0), [B, heads, 0, headDim])));
   return out;
-}
-
-// The last `keep` entries along the sequence axis of a (B, H, S, hd) tensor.
-function lastEntries(t, keep) {
-  const [B, H, S, hd] = t.dims;
-  if (S <= keep) return t;
-  const out = new Float32Array(B * H * keep * hd);
-  for (let bh = 0; bh < B * H; ++bh)
-    out.set(t.data.subarray((bh * S + (S - keep)) * hd, (bh * S + S) * hd), bh * keep * hd);
-  return new ort.Tensor("float32", out, [B, H, keep, hd]);
 }
 
 async function run(rows, start) {
@@ -59,7 +52,7 @@ async function run(rows, start) {
   const out = await session.run(feeds);
   const keep = FAULT === "never-trimmed" ? Infinity : cfg.context;
   past = [];
-  for (let l = 0; l < cfg.layers; ++l) past.push([lastEntries(out[`present_k_${l}`], keep), lastEntries(out[`present_v_${l}`], keep)]);
+  for (let l = 0; l < cfg.layers; ++l) past.push([lastEntries(out[`present_k_${l}`], keep, f32), lastEntries(out[`present_v_${l}`], keep, f32)]);
   const V = out.logits.dims[1], logits = [];
   for (let b = 0; b < B; ++b) logits.push(Array.from(out.logits.data.subarray(b * V, (b + 1) * V)));
   return logits;
@@ -99,17 +92,4 @@ async function handle(req) {
   }
 }
 
-const rl = createInterface({ input: process.stdin, terminal: false });
-for await (const line of rl) {
-  if (!line.trim()) continue;
-  const req = JSON.parse(line);
-  if (req.op === "quit") break;
-  let answer;
-  try {
-    answer = await handle(req);
-  } catch (e) {
-    answer = { ok: false, error: String(e.message || e) };
-  }
-  process.stdout.write(JSON.stringify(answer) + "\n");
-}
-process.exit(0);
+await serve(handle);

@@ -19,8 +19,9 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { createRequire } from "node:module";
-import { createInterface } from "node:readline";
 import { fileURLToPath, pathToFileURL } from "node:url";
+
+import { lastEntries, serve } from "../serve.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const modules = process.env.TINYGPT_TJS_MODULES || path.join(here, "..", "..", ".engines", "transformers.js", "node_modules");
@@ -46,14 +47,7 @@ function cleanup() {
   if (work) fs.rmSync(work, { recursive: true, force: true });
 }
 
-// The last `keep` entries along the sequence axis of a (B, H, S, hd) tensor.
-function lastEntries(t, keep) {
-  const [B, H, S, hd] = t.dims;
-  if (S <= keep) return t;
-  const out = new Float32Array(B * H * keep * hd);
-  for (let bh = 0; bh < B * H; ++bh) out.set(t.data.subarray((bh * S + (S - keep)) * hd, (bh * S + S) * hd), bh * keep * hd);
-  return new Tensor("float32", out, [B, H, keep, hd]);
-}
+const f32 = (data, dims) => new Tensor("float32", data, dims);
 
 function int64(values, dims) {
   return new Tensor("int64", BigInt64Array.from(values.map((v) => BigInt(v))), dims);
@@ -77,7 +71,7 @@ async function run(rows) {
   const out = await model.forward(inputs);
   past = {};
   for (let l = 0; l < cfg.layers; ++l)
-    for (const kv of ["key", "value"]) past[`past_key_values.${l}.${kv}`] = lastEntries(out[`present.${l}.${kv}`], cfg.context);
+    for (const kv of ["key", "value"]) past[`past_key_values.${l}.${kv}`] = lastEntries(out[`present.${l}.${kv}`], cfg.context, f32);
   const [, Tl, V] = out.logits.dims, logits = [];
   for (let b = 0; b < B; ++b) logits.push(Array.from(out.logits.data.subarray((b * Tl + Tl - 1) * V, (b * Tl + Tl) * V)));
   return logits;
@@ -125,18 +119,4 @@ async function handle(req) {
   }
 }
 
-const rl = createInterface({ input: process.stdin, terminal: false });
-for await (const line of rl) {
-  if (!line.trim()) continue;
-  const req = JSON.parse(line);
-  if (req.op === "quit") break;
-  let answer;
-  try {
-    answer = await handle(req);
-  } catch (e) {
-    answer = { ok: false, error: String(e.message || e) };
-  }
-  process.stdout.write(JSON.stringify(answer) + "\n");
-}
-cleanup();
-process.exit(0);
+await serve(handle, cleanup);
