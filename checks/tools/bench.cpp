@@ -14,7 +14,9 @@
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/conform.h"
 #include "tinygpt/device.h"
+#include "tinygpt/fused_step.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/huge_pages.h"
 #include "tinygpt/kernels.h"
 #include "tinygpt/rope.h"
 #include "read_pass.h"
@@ -93,7 +95,8 @@ double run_bound_seconds(const std::vector<StepCost>& steps, double read_bytes_s
 double measure_read_rate(c10::Device device, int64_t bytes) {
   const int64_t n = std::max<int64_t>(1 << 14, bytes / 4);
   at::NoGradGuard no_grad;
-  const at::Tensor buf = at::ones({n}, at::TensorOptions().dtype(at::kFloat).device(device));
+  // On the CPU in huge pages, where the model keeps its weights and the static cache its keys.
+  const at::Tensor buf = device.is_cpu() ? huge_page_floats(n).fill_(1.0f) : at::ones({n}, at::TensorOptions().dtype(at::kFloat).device(device));
   float total = 0;
   auto pass = [&] { total = device.is_cuda() ? buf.sum().item<float>() : read_pass(buf); };
   double best = 0;
@@ -286,7 +289,27 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
   const at::Tensor tok = at::ones({B, 1}, at::TensorOptions().dtype(at::kLong).device(dev));
   decode_step(*model, at::ones({B, context_fill}, tok.options()), *dec.cache, 0, path);
   int64_t pos = context_fill;
-  p.step_us = timed([&] { decode_step(*model, tok, *dec.cache, pos++, path); });
+  if (auto* fused = dynamic_cast<FusedCpuStep*>(dec.step.get())) {
+    // The fused step times its own parts inside the real steps.
+    FusedStepProfile inside;
+    decode_step(*model, tok, *dec.cache, pos++, path);
+    fused->set_profile(&inside);
+    p.step_us = seconds(dev, [&] { for (int64_t i = 0; i < reps; ++i) decode_step(*model, tok, *dec.cache, pos++, path); }) / reps * 1e6;
+    fused->set_profile(nullptr);
+    if (inside.steps == reps) {  // else the step fell back to the model's (a GPU, a batch too large)
+      p.inside_step = true;
+      double sum = 0;
+      for (int i = 0; i < FusedStepProfile::kParts; ++i) {
+        const double us = inside.seconds[static_cast<size_t>(i)] / static_cast<double>(reps) * 1e6;
+        p.parts_us.emplace_back(FusedStepProfile::name(static_cast<FusedStepProfile::Part>(i)), us);
+        sum += us;
+      }
+      p.parts_us.emplace_back("rest (outside the fused step's parts)", std::max(0.0, p.step_us - sum));
+      return p;
+    }
+  } else {
+    p.step_us = timed([&] { decode_step(*model, tok, *dec.cache, pos++, path); });
+  }
   // Each part with the step's shapes, summed over the layers.
   std::vector<std::tuple<at::Tensor, at::Tensor, at::Tensor>> products;  // (input, weight, bias)
   for (const auto& m : *model->blocks) {
@@ -330,7 +353,7 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
 nlohmann::json StepProfile::to_json() const {
   nlohmann::json parts = nlohmann::json::array();
   for (const auto& [name, us] : parts_us) parts.push_back({{"part", name}, {"us", us}});
-  return {{"cache", cache}, {"batch", batch}, {"step_us", step_us}, {"parts", parts}};
+  return {{"cache", cache}, {"batch", batch}, {"step_us", step_us}, {"parts", parts}, {"timed_inside_step", inside_step}};
 }
 
 std::string StepProfile::format() const {
@@ -339,6 +362,7 @@ std::string StepProfile::format() const {
   std::snprintf(line, sizeof line, "batch-%lld decode step, cache %s: %.0f us (%.0f tok/s)\n", static_cast<long long>(batch),
                 cache.c_str(), step_us, 1e6 * static_cast<double>(batch) / step_us);
   s << line;
+  s << (inside_step ? "  (each part timed inside the real steps)\n" : "  (each part timed alone with the step's shapes; the rest includes what they lose inside a step)\n");
   for (const auto& [name, us] : parts_us) {
     std::snprintf(line, sizeof line, "  %-50s %8.0f us  %5.1f%%\n", name.c_str(), us, 100.0 * us / step_us);
     s << line;

@@ -83,9 +83,13 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
 // allocation, the embedding, and what the parts lose inside a real step, where each layer's K and V
 // and every weight come from memory (timed alone, one K, V and the weights stay in cache: at batch
 // 16 a full window's attention took ~1.0 ms alone and 3.4-4.2 ms inside a step on the dev machine).
+// A cache whose step is the fused CPU step (`static`) is timed inside its real steps instead
+// (FusedStepProfile): every part of the step as a user's decode pays it, and the rest is only what
+// lies outside them.
 struct StepProfile {
   std::string cache;
   int64_t batch = 1;
+  bool inside_step = false;  // parts timed inside real steps (the fused step) rather than alone
   double step_us = 0;
   std::vector<std::pair<std::string, double>> parts_us;
   nlohmann::json to_json() const;

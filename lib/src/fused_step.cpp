@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <utility>
 #include <stdexcept>
@@ -16,6 +17,41 @@
 
 namespace tinygpt {
 
+const char* FusedStepProfile::name(Part p) {
+  switch (p) {
+    case Embedding: return "embedding, RoPE angles, scratch";
+    case Norms: return "layer norms (2 per layer + final)";
+    case QkvProducts: return "QKV products";
+    case OutProducts: return "attention output products";
+    case UpProducts: return "MLP up products (+ bias, GELU)";
+    case DownProducts: return "MLP down products (+ bias, residual)";
+    case HeadProduct: return "head product (tied embedding)";
+    case RopeAndCache: return "RoPE, K and V into the cache";
+    case Attention: return "attention";
+    default: return "?";
+  }
+}
+
+namespace {
+// Charges the time since the last lap to a part; does nothing without a profile.
+class Laps {
+ public:
+  explicit Laps(FusedStepProfile* p) : p_(p) {
+    if (p_) t_ = std::chrono::steady_clock::now();
+  }
+  void lap(FusedStepProfile::Part part) {
+    if (!p_) return;
+    const auto now = std::chrono::steady_clock::now();
+    p_->seconds[part] += std::chrono::duration<double>(now - t_).count();
+    t_ = now;
+  }
+
+ private:
+  FusedStepProfile* p_;
+  std::chrono::steady_clock::time_point t_;
+};
+}  // namespace
+
 at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, Kernels kernels) {
   if (&cache != static_cast<KVCache*>(&cache_)) throw std::logic_error("FusedCpuStep: called with a cache it is not bound to");
   const Config& cfg = model.config();
@@ -25,10 +61,12 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
       !E.device().is_cpu() || E.scalar_type() != at::kFloat || !E.is_contiguous())
     return model.step_unchecked(idx, cache, start, production_policy(), kernels);
 
+  Laps laps(profile_);
+  if (profile_) ++profile_->steps;
   const int64_t d = cfg.d_model, H = cfg.n_heads, hd = d / H, V = cfg.vocab_size, F = 4 * d;
   // Scratch: x and x2 (B, d) the residual stream before and after an add (a product's output may not
   // be its residual input), h (B, d) a norm's output, qkv (B, 3d), att (B, d) the heads' outputs side
-  // by side, u (B, 4d) the MLP's hidden, p (context + 1) a row's scores.
+  // by side, u (B, 4d) the MLP's hidden after its GELU, p (context + 1) a row's scores.
   scratch_.resize(static_cast<size_t>(B * (d + d + d + 3 * d + d + F) + cfg.context + 1));
   float* x = scratch_.data();
   float* x2 = x + B * d;
@@ -47,6 +85,7 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
   const float* cs = cos_t.data_ptr<float>();
   const float* sn = sin_t.data_ptr<float>();
   auto ptr = [](const at::Tensor& t) { return t.data_ptr<float>(); };
+  laps.lap(FusedStepProfile::Embedding);
 
   int64_t layer = 0;
   for (const auto& m : *model.blocks) {
@@ -54,7 +93,9 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
     auto& a = *blk->attn;
     // h = norm1(x); qkv = h Wqkv^T  (B, 3d)
     raw::layer_norm(x, ptr(blk->norm1->weight), ptr(blk->norm1->bias), static_cast<float>(blk->norm1->options.eps()), h, B, d);
+    laps.lap(FusedStepProfile::Norms);
     raw::matvec(h, ptr(a.qkv->weight), nullptr, nullptr, qkv, B, d, 3 * d);
+    laps.lap(FusedStepProfile::QkvProducts);
     // RoPE on q in place and on k straight into the cache's new slot; v copied beside it.
     const StaticKVCache::RawAppend slot = cache_.append_one(layer++, B, H, hd);
     for (int64_t b = 0; b < B; ++b)
@@ -65,6 +106,7 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
         raw::rope_row(qkv + b * 3 * d + d + hh * hd, cs, sn, slot.k + plane, hd);
         std::memcpy(slot.v + plane, qkv + b * 3 * d + 2 * d + hh * hd, static_cast<size_t>(hd) * sizeof(float));
       }
+    laps.lap(FusedStepProfile::RopeAndCache);
     // Each (row, head): its query against the window and the new key (SPEC 4: context + 1 keys).
     if (B * H > 1 && at::get_num_threads() > 1) {
       at::parallel_for(0, B * H, 1, [&](int64_t r0, int64_t r1) {
@@ -81,20 +123,26 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
         raw::attention_row(qkv + b * 3 * d + hh * hd, slot.k + off, hd, slot.v + off, hd, att + b * d + hh * hd, slot.seen, hd, p);
       }
     }
+    laps.lap(FusedStepProfile::Attention);
     // x = x + att Wout^T
     raw::matvec(att, ptr(a.out->weight), nullptr, x, x2, B, d, d);
     std::swap(x, x2);
+    laps.lap(FusedStepProfile::OutProducts);
     // x = x + GELU(norm2(x) Wup^T + bup) Wdown^T + bdown
     raw::layer_norm(x, ptr(blk->norm2->weight), ptr(blk->norm2->bias), static_cast<float>(blk->norm2->options.eps()), h, B, d);
-    raw::matvec(h, ptr(blk->up->weight), ptr(blk->up->bias), nullptr, u, B, d, F);
-    const at::Tensor g = raw::gelu(at::from_blob(u, {B, F}, at::TensorOptions().dtype(at::kFloat)));  // (B, 4d)
-    raw::matvec(g.data_ptr<float>(), ptr(blk->down->weight), ptr(blk->down->bias), x, x2, B, F, d);
+    laps.lap(FusedStepProfile::Norms);
+    raw::matvec(h, ptr(blk->up->weight), ptr(blk->up->bias), nullptr, u, B, d, F, /*apply_gelu=*/true);  // (B, 4d)
+    laps.lap(FusedStepProfile::UpProducts);
+    raw::matvec(u, ptr(blk->down->weight), ptr(blk->down->bias), x, x2, B, F, d);
     std::swap(x, x2);
+    laps.lap(FusedStepProfile::DownProducts);
   }
   // logits = norm(x) E^T  (B, V)
   raw::layer_norm(x, ptr(model.norm->weight), ptr(model.norm->bias), static_cast<float>(model.norm->options.eps()), h, B, d);
+  laps.lap(FusedStepProfile::Norms);
   at::Tensor logits = at::empty({B, V}, E.options());
   raw::matvec(h, ep, nullptr, nullptr, logits.data_ptr<float>(), B, d, V);
+  laps.lap(FusedStepProfile::HeadProduct);
   return logits;
 }
 

@@ -10,6 +10,8 @@
 #include <limits>
 #include <stdexcept>
 
+#include "tinygpt/huge_pages.h"
+
 namespace tinygpt {
 
 namespace nn = torch::nn;
@@ -99,6 +101,37 @@ void GPTImpl::build() {
   blocks = register_module("blocks", nn::ModuleList());
   for (int64_t i = 0; i < cfg_.n_layers; ++i) blocks->push_back(Block(cfg_));
   norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({cfg_.d_model}).eps(1e-5)));
+  place_parameters_in_one_block();
+}
+
+void GPTImpl::place_parameters_in_one_block() {
+  // (tensor, whether its values must move with it: LayerNorm's ones and zeros and the embedding's
+  // draw do; a tinygpt::Linear's parameters are uninitialised until the caller fills them)
+  std::vector<std::pair<at::Tensor, bool>> order;
+  for (const auto& m : *blocks) {
+    auto* b = m->as<BlockImpl>();
+    order.insert(order.end(), {{b->norm1->weight, true}, {b->norm1->bias, true}, {b->attn->qkv->weight, false},
+                               {b->attn->out->weight, false}, {b->norm2->weight, true}, {b->norm2->bias, true},
+                               {b->up->weight, false}, {b->up->bias, false}, {b->down->weight, false}, {b->down->bias, false}});
+  }
+  order.insert(order.end(), {{norm->weight, true}, {norm->bias, true}, {emb->weight, true}});
+  if (static_cast<int64_t>(order.size()) != static_cast<int64_t>(parameters().size()))
+    throw std::logic_error("place_parameters_in_one_block: the model has parameters it does not place");
+  constexpr int64_t kAlignFloats = 16;  // 64 bytes
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const auto& [t, keep] : order) {
+    offsets.push_back(total);
+    total += (t.numel() + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  }
+  const at::Tensor arena = huge_page_floats(total);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < order.size(); ++i) {
+    auto [t, keep] = order[i];
+    at::Tensor slot = arena.narrow(0, offsets[i], t.numel()).view(t.sizes());
+    if (keep) slot.copy_(t);
+    t.set_data(slot);
+  }
 }
 
 GPTImpl::GPTImpl(const Config& cfg, WeightsToFill) : cfg_(cfg) { build(); }

@@ -82,6 +82,30 @@ __attribute__((target("avx2,fma"))) inline void dot4_avx2(const float* a0, const
 
 constexpr int64_t kPrefetchRows = 8;
 
+// One input row against four weight rows (the batch-1 product): dot4_avx2's sums, with the weights
+// ahead prefetched as they are consumed - two lines per step of the loop, kPrefetchBytes ahead of
+// the block's progress through memory. A burst of prefetches per block left the products at ~80% of
+// a plain read of the same bytes in a microbenchmark on the dev machine; spread over the loop at
+// 12-20 KiB ahead they matched it. The distance runs past a matrix's end into whatever follows
+// (the model keeps its weights in one block in the order a step reads them: gpt.cpp); a prefetch
+// never faults.
+constexpr int64_t kPrefetchBytes = 16384;
+
+__attribute__((target("avx2,fma"))) inline void dot4_stream(const float* w0, int64_t K, const float* x, float* out) {
+  const char* ahead = reinterpret_cast<const char*>(w0) + kPrefetchBytes;
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  for (int64_t k = 0; k < K; k += 8) {
+    _mm_prefetch(ahead + 16 * k, _MM_HINT_T0);
+    _mm_prefetch(ahead + 16 * k + 64, _MM_HINT_T0);
+    const __m256 vx = _mm256_loadu_ps(x + k);
+    c0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), vx, c0);
+    c1 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + K + k), vx, c1);
+    c2 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 2 * K + k), vx, c2);
+    c3 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + 3 * K + k), vx, c3);
+  }
+  _mm_storeu_ps(out, hsum4(c0, c1, c2, c3));
+}
+
 // Keeps a loaded vector in its register: without it GCC folds the load into every FMA that uses
 // the vector, so a weight row shared by three input rows was read three times from L1, and the
 // loads, not the multiply-adds, set the pace.
@@ -152,6 +176,11 @@ __attribute__((target("avx2,fma"))) inline void block4x2(const float* w0, int64_
 __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* x, float* y, int64_t n0, int64_t n1,
                                                    int64_t K, int64_t R, int64_t N) {
   int64_t n = n0;
+  if (R == 1) {
+    for (; n + 4 <= n1; n += 4) dot4_stream(w + n * K, K, x, y + n);
+    if (n < n1) rows_generic(w, x, y, n, n1, K, R, N);
+    return;
+  }
   for (; n + 4 <= n1; n += 4) {
     const float* w0 = w + n * K;
     if (n + kPrefetchRows + 4 <= n1) {
@@ -176,29 +205,107 @@ bool cpu_has_avx2_fma() {
 }
 #endif
 
-// LibTorch's own exact GELU (at::gelu, the full forward's: vectorised erf) of y (R, N). A scalar
-// std::erf per element cost ~17 ns here, 1.6 ms of a batch-16 step. A row's values must not depend
-// on the rows beside it, and ATen's path depends on the call's size: LibTorch 1.13 computes a
-// one-element tensor with its scalar formula (std::erf; differs in the last bit from the vector
-// erf for ~60% of inputs) and longer ones with the vector erf, tails included, checked here; other
-// versions may finish a call's tail with the scalar formula. So one call over every row only when
-// each row is whole vector chunks (N % 64) and the call is one chunk of work (not split over
-// threads); otherwise a call per row.
-at::Tensor gelu_rows(const at::Tensor& y) {
-  const int64_t R = y.size(0), N = y.size(1);
-  if (N % 64 == 0 && R * N <= at::internal::GRAIN_SIZE) return at::gelu(y);
-  at::Tensor out = at::empty_like(y);
-  for (int64_t r = 0; r < R; ++r) out[r].copy_(at::gelu(y[r]));
-  return out;
+// GELU, exact erf form, of one float: (x / 2) (1 + erf(x / sqrt 2)), written the way LibTorch's
+// vectorised GELU writes it (ATen's Vectorized<float>::erf: Abramowitz & Stegun 7.1.26, |erf error|
+// < 1.5e-7), with exp by the Cephes polynomial (within 2 ulp) where ATen calls Sleef. at::gelu on a
+// 1024-wide row cost 10 us inside a decode step here (dispatch, allocation, and Sleef's exp), 60 us
+// of a 750-us batch-1 step; this runs in the products' epilogue while the row is in L1. Every
+// element goes through the same operations whatever its neighbours (the vector path finishes a row
+// with a masked vector, not a scalar tail), so a row's values do not depend on the batch.
+// The portable path: the same formula in scalar code.
+constexpr float kErfP = 0.3275911f, kErfA1 = 0.254829592f, kErfA2 = -0.284496736f, kErfA3 = 1.421413741f,
+                kErfA4 = -1.453152027f, kErfA5 = 1.061405429f;
+constexpr float kExpHi = 88.3762626647949f, kExpLo = -88.3762626647949f, kLog2e = 1.44269504088896341f,
+                kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP0 = 1.9875691500e-4f, kExpP1 = 1.3981999507e-3f, kExpP2 = 8.3334519073e-3f,
+                kExpP3 = 4.1665795894e-2f, kExpP4 = 1.6666665459e-1f, kExpP5 = 5.0000001201e-1f;
+constexpr float kSqrtHalf = 0.70710678118654752f;
+
+float exp_poly(float x) {
+  x = std::min(std::max(x, kExpLo), kExpHi);
+  const float n = std::floor(std::fma(x, kLog2e, 0.5f));
+  x = std::fma(-n, kLn2Hi, x);
+  x = std::fma(-n, kLn2Lo, x);
+  const float z = x * x;
+  float y = std::fma(kExpP0, x, kExpP1);
+  y = std::fma(y, x, kExpP2);
+  y = std::fma(y, x, kExpP3);
+  y = std::fma(y, x, kExpP4);
+  y = std::fma(y, x, kExpP5);
+  y = std::fma(y, z, x) + 1.0f;
+  return y * std::ldexp(1.0f, static_cast<int>(n));
 }
+
+float gelu_one(float x) {
+  const float a = x * kSqrtHalf;
+  const float t = 1.0f / std::fma(kErfP, std::fabs(a), 1.0f);
+  float r = std::fma(kErfA5, t, kErfA4);
+  r = std::fma(r, t, kErfA3);
+  r = std::fma(r, t, kErfA2);
+  r = std::fma(r, t, kErfA1);
+  const float e = std::copysign(std::fma(-exp_poly(-(a * a)) * t, r, 1.0f), a);
+  return x * 0.5f * (1.0f + e);
+}
+
+#ifdef TINYGPT_HAVE_AVX2_PATH
+__attribute__((target("avx2,fma"))) inline __m256 exp_avx2(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(kExpLo)), _mm256_set1_ps(kExpHi));
+  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), x);
+  const __m256 z = _mm256_mul_ps(x, x);
+  __m256 y = _mm256_fmadd_ps(_mm256_set1_ps(kExpP0), x, _mm256_set1_ps(kExpP1));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kExpP2));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kExpP3));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kExpP4));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kExpP5));
+  y = _mm256_add_ps(_mm256_fmadd_ps(y, z, x), _mm256_set1_ps(1.0f));
+  // 2^n through the exponent bits; n >= -127 here, and n = -127 gives 0 (below the normal range).
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(bits));
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 gelu_avx2(__m256 x) {
+  const __m256 neg_zero = _mm256_set1_ps(-0.0f), one = _mm256_set1_ps(1.0f);
+  const __m256 a = _mm256_mul_ps(x, _mm256_set1_ps(kSqrtHalf));
+  const __m256 sign = _mm256_and_ps(neg_zero, a);
+  const __m256 t = _mm256_div_ps(one, _mm256_fmadd_ps(_mm256_set1_ps(kErfP), _mm256_xor_ps(sign, a), one));
+  __m256 r = _mm256_fmadd_ps(_mm256_set1_ps(kErfA5), t, _mm256_set1_ps(kErfA4));
+  r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(kErfA3));
+  r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(kErfA2));
+  r = _mm256_fmadd_ps(r, t, _mm256_set1_ps(kErfA1));
+  const __m256 e = _mm256_xor_ps(neg_zero, exp_avx2(_mm256_xor_ps(neg_zero, _mm256_mul_ps(a, a))));  // -exp(-a^2)
+  const __m256 erf = _mm256_xor_ps(sign, _mm256_fmadd_ps(_mm256_mul_ps(e, t), r, one));
+  return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), _mm256_add_ps(one, erf));
+}
+
+__attribute__((target("avx2,fma"))) void gelu_row_avx2(float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu_avx2(_mm256_loadu_ps(y + i)));
+  if (i < n) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lanes);
+    _mm256_maskstore_ps(y + i, mask, gelu_avx2(_mm256_maskload_ps(y + i, mask)));
+  }
+}
+#endif
 
 }  // namespace
 
 namespace raw {
 
-at::Tensor gelu(const at::Tensor& y) { return gelu_rows(y); }
+void gelu(float* y, int64_t n) {
+#ifdef TINYGPT_HAVE_AVX2_PATH
+  if (cpu_has_avx2_fma()) {
+    gelu_row_avx2(y, n);
+    return;
+  }
+#endif
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_one(y[i]);
+}
 
-void matvec(const float* xp, const float* wp, const float* bp, const float* rp, float* yp, int64_t R, int64_t K, int64_t N) {
+void matvec(const float* xp, const float* wp, const float* bp, const float* rp, float* yp, int64_t R, int64_t K, int64_t N,
+            bool apply_gelu) {
 #ifdef TINYGPT_HAVE_AVX2_PATH
   const bool avx2 = cpu_has_avx2_fma() && K % 8 == 0;
 #endif
@@ -212,15 +319,17 @@ void matvec(const float* xp, const float* wp, const float* bp, const float* rp, 
     else
 #endif
       rows_generic(wp, xp, yp, n0, n1, K, R, N);
-    // Epilogue while the outputs are in cache, in the library's order: (dot + bias), + residual.
-    if (!bp && !rp) return;
-    for (int64_t r = 0; r < R; ++r)
-      for (int64_t n = n0; n < n1; ++n) {
-        float v = yp[r * N + n];
-        if (bp) v += bp[n];
-        if (rp) v = rp[r * N + n] + v;
-        yp[r * N + n] = v;
-      }
+    // Epilogue while the outputs are in cache, in the library's order: (dot + bias), GELU,
+    // residual + that.
+    if (!bp && !rp && !apply_gelu) return;
+    for (int64_t r = 0; r < R; ++r) {
+      float* y = yp + r * N;
+      if (bp)
+        for (int64_t n = n0; n < n1; ++n) y[n] += bp[n];
+      if (apply_gelu) raw::gelu(y + n0, n1 - n0);
+      if (rp)
+        for (int64_t n = n0; n < n1; ++n) y[n] = rp[r * N + n] + y[n];
+    }
   });
 }
 
@@ -265,11 +374,7 @@ at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
   at::Tensor y = at::empty({R, N}, xc.options());  // (R, N)
   // With GELU the residual comes after it: residual + GELU(x w^T + b).
   raw::matvec(xc.data_ptr<float>(), w.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
-              rc.defined() && !apply_gelu ? rc.data_ptr<float>() : nullptr, y.data_ptr<float>(), R, K, N);
-  if (apply_gelu) {
-    y = gelu_rows(y);
-    if (rc.defined()) y.add_(rc);  // residual + GELU(...): float addition commutes exactly
-  }
+              rc.defined() ? rc.data_ptr<float>() : nullptr, y.data_ptr<float>(), R, K, N, apply_gelu);
   return y;
 }
 
@@ -292,6 +397,14 @@ const char* to_string(Kernels k) {
 }
 
 at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) { return matvec(x, w, b, {}, false); }
+
+at::Tensor decode_gelu(const at::Tensor& x) {
+  if (!x.defined() || x.scalar_type() != at::kFloat || !x.device().is_cpu())
+    throw std::invalid_argument("decode_gelu: needs a float32 CPU tensor");
+  at::Tensor y = x.contiguous().clone();
+  raw::gelu(y.data_ptr<float>(), y.numel());
+  return y;
+}
 
 namespace {
 bool decodable(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
@@ -348,21 +461,39 @@ void attention_row_generic(const float* q, const float* k, int64_t ks, const flo
 #ifdef TINYGPT_HAVE_AVX2_PATH
 constexpr int64_t kAttentionMaxVectors = 16;  // hd up to 128 keeps the output row in registers
 
-// The same arithmetic with AVX2/FMA, for hd % 8 == 0 and hd <= 8 x kAttentionMaxVectors: four
-// keys' dot products at a time, and the output row held in registers while the values stream by.
-// Measured on the dev machine at batch 16 the scalar row took ~22% of a decode step for ~10% of
-// its arithmetic.
+// The same function with AVX2/FMA, for hd % 8 == 0 and hd <= 8 x kAttentionMaxVectors: eight keys'
+// dot products at a time, the exponentials and the weights eight at a time, and the output row held
+// in registers while the values stream by. The scalar row took ~22% of a batch-16 decode step for
+// ~10% of its arithmetic, and the four-key vector row with a scalar exp ~15% of a batch-1 step.
+// Sums in another order than the portable row's (the exp's sum in eight lanes), so the two differ
+// by float rounding; a CPU runs one of them.
 __attribute__((target("avx2,fma"))) void attention_row_avx2(const float* q, const float* k, int64_t ks, const float* v,
                                                             int64_t vs, float* y, int64_t S, int64_t hd, float scale,
                                                             float* p) {
   const int64_t nv = hd / 8;
-  float m = -INFINITY;
+  const __m256 vscale = _mm256_set1_ps(scale);
+  // Scores, eight keys at a time: eight independent chains of multiply-adds hide their latency
+  // (four keys left the loop waiting on it); each score is still its key's eight-lane sum.
+  __m256 vmax = _mm256_set1_ps(-INFINITY);
   int64_t s = 0;
-  for (; s + 4 <= S; s += 4) {
+  for (; s + 8 <= S; s += 8) {
     const float* k0 = k + s * ks;
-    dot4_avx2(k0, k0 + ks, k0 + 2 * ks, k0 + 3 * ks, q, hd, p + s);
-    for (int i = 0; i < 4; ++i) p[s + i] /= scale;
-    m = std::max(std::max(m, std::max(p[s], p[s + 1])), std::max(p[s + 2], p[s + 3]));
+    __m256 c[8];
+    for (int i = 0; i < 8; ++i) c[i] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < hd; j += 8) {
+      const __m256 vq = _mm256_loadu_ps(q + j);
+      for (int i = 0; i < 8; ++i) c[i] = _mm256_fmadd_ps(_mm256_loadu_ps(k0 + i * ks + j), vq, c[i]);
+    }
+    const __m256 sc = _mm256_div_ps(
+        _mm256_insertf128_ps(_mm256_castps128_ps256(hsum4(c[0], c[1], c[2], c[3])), hsum4(c[4], c[5], c[6], c[7]), 1), vscale);
+    _mm256_storeu_ps(p + s, sc);
+    vmax = _mm256_max_ps(vmax, sc);
+  }
+  float m = -INFINITY;
+  {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, vmax);
+    for (float l : lanes) m = std::max(m, l);
   }
   for (; s < S; ++s) {
     const float* kr = k + s * ks;
@@ -371,12 +502,30 @@ __attribute__((target("avx2,fma"))) void attention_row_avx2(const float* q, cons
     p[s] = hsum(a) / scale;
     m = std::max(m, p[s]);
   }
-  float z = 0;
-  for (s = 0; s < S; ++s) z += (p[s] = std::exp(p[s] - m));
+  // exp(score - max) eight at a time (the GELU's exp: within 2 ulp of std::exp, which cost ~15 ns a
+  // key), their sum in eight lanes, then the weights exp / sum; the tail through a masked vector.
+  const __m256 vm = _mm256_set1_ps(m);
+  __m256 vz = _mm256_setzero_ps();
+  for (s = 0; s + 8 <= S; s += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(p + s), vm));
+    _mm256_storeu_ps(p + s, e);
+    vz = _mm256_add_ps(vz, e);
+  }
+  if (s < S) {
+    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(S - s)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256 e = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(p + s, mask), vm)), _mm256_castsi256_ps(mask));
+    _mm256_maskstore_ps(p + s, mask, e);
+    vz = _mm256_add_ps(vz, e);
+  }
+  const float z = hsum(vz);
+  const __m256 vsum = _mm256_set1_ps(z);
+  for (s = 0; s + 8 <= S; s += 8) _mm256_storeu_ps(p + s, _mm256_div_ps(_mm256_loadu_ps(p + s), vsum));
+  for (; s < S; ++s) p[s] /= z;
+  // y = sum_s p[s] V[s], the output row in registers.
   __m256 acc[kAttentionMaxVectors];
   for (int64_t j = 0; j < nv; ++j) acc[j] = _mm256_setzero_ps();
   for (s = 0; s < S; ++s) {
-    const __m256 w = _mm256_set1_ps(p[s] / z);
+    const __m256 w = _mm256_set1_ps(p[s]);
     const float* vr = v + s * vs;
     for (int64_t j = 0; j < nv; ++j) acc[j] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vr + 8 * j), acc[j]);
   }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tinygpt/huge_pages.h"
 #include "tinygpt/config.h"
 
 namespace tinygpt {
@@ -31,8 +32,22 @@ int64_t StaticKVCache::reserve(int64_t layer, int64_t B, int64_t H, int64_t T, i
     // history) and a step, or a longer prefill.
     const int64_t capacity = std::max({2 * context_ + 1, context_ + kRollbackEntries + 1, T});
     if (!fits || L.k.size(2) < capacity) {
-      L.k = at::empty({B, H, capacity, hd}, opts);
-      L.v = at::empty({B, H, capacity, hd}, opts);
+      if (layer == 0 && opts.device().is_cpu() && opts.dtype() == at::kFloat) {
+        // Layer 0 starts every sequence (the model updates the layers in order, and a new sequence
+        // or shape starts them all empty): every layer's K and V in one block of huge pages
+        // (huge_pages.h), this shape; the other layers find theirs in place.
+        const int64_t n = B * H * capacity * hd, layers = static_cast<int64_t>(layers_.size());
+        const at::Tensor block = huge_page_floats(2 * layers * n);
+        for (int64_t l = 0; l < layers; ++l) {
+          Layer& M = layers_[static_cast<size_t>(l)];
+          M.k = block.narrow(0, 2 * l * n, n).view({B, H, capacity, hd});
+          M.v = block.narrow(0, (2 * l + 1) * n, n).view({B, H, capacity, hd});
+          M.begin = M.len = 0;
+        }
+      } else {
+        L.k = at::empty({B, H, capacity, hd}, opts);
+        L.v = at::empty({B, H, capacity, hd}, opts);
+      }
     }
     L.begin = 0;
     L.len = 0;

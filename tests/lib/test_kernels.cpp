@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "tinygpt/kernels.h"
 
@@ -55,9 +56,41 @@ TEST(Matvec, ProjectFusesBiasGeluAndResidualInTheLibraryOrder) {
   const at::Tensor got = project(x, w, b, Kernels::Decode, res, /*gelu=*/true);
   EXPECT_EQ(got.sizes(), want.sizes());
   EXPECT_LT(max_diff(got, want), 1e-4);
-  // The GELU is LibTorch's own, applied to the product plus bias: exactly, not within a tolerance.
-  EXPECT_TRUE(got.equal(res + at::gelu(matvec(x.view({2, 256}), w, b)).view({2, 1, 1024})));
+  // Bias, then GELU, then the residual: exactly that order, not within a tolerance.
+  EXPECT_TRUE(got.equal(res + decode_gelu(matvec(x.view({2, 256}), w, b)).view({2, 1, 1024})));
   EXPECT_TRUE(project(x, w, b, Kernels::Library, res, true).equal(want)) << "Library is LibTorch's ops exactly";
+}
+
+// Decode's GELU against the exact erf form in double precision, and beside LibTorch's own. Its erf is
+// Abramowitz & Stegun 7.1.26 (|error| <= 1.5e-7, the formula of LibTorch's vector GELU), computed
+// in float, so the bound is x / 2 times that error plus the rounding of 1 - r t e and of 1 + erf
+// (one ulp of 1, where x < 0 cancels them), plus a few roundings of the result. (at::gelu's own
+// vector path stays within the same bound.) Widths that are not whole vectors take the masked
+// tail; specials keep their IEEE meaning.
+TEST(DecodeGelu, IsTheErfFormWithinItsErrorBound) {
+  for (int64_t n : {4001, 8, 5, 1}) {
+    const at::Tensor x = at::linspace(-12.0, 12.0, n, at::kFloat);
+    const at::Tensor got = decode_gelu(x).to(at::kDouble), xd = x.to(at::kDouble);
+    const at::Tensor exact = xd * 0.5 * (1 + at::erf(xd / std::sqrt(2.0)));
+    const at::Tensor ulp = exact.abs() * std::ldexp(1.0, -23);  // one float ulp of the result, at most
+    const at::Tensor bound = xd.abs() * 0.5 * (1.5e-7 + std::ldexp(1.0, -23)) + 4 * ulp + 1e-30;
+    const at::Tensor over = (got - exact).abs() > bound;
+    EXPECT_EQ(over.sum().item<int64_t>(), 0) << "width " << n << ": worst error " << (got - exact).abs().max().item<double>();
+    if (n > 100) {
+      EXPECT_LT(max_diff(decode_gelu(x), at::gelu(x)), 1e-6) << "against LibTorch's at::gelu";
+      EXPECT_EQ(decode_gelu(x.view({1, n})).sizes(), x.view({1, n}).sizes());
+    }
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor specials = at::tensor({0.0f, -0.0f, inf, -inf, std::nanf(""), 100.0f, -100.0f});
+  const at::Tensor g = decode_gelu(specials), want = at::gelu(specials);
+  EXPECT_EQ(g[0].item<float>(), 0.0f);
+  EXPECT_EQ(g[2].item<float>(), inf);
+  EXPECT_TRUE(std::isnan(g[3].item<float>())) << "-inf * 0.5 * (1 + erf(-inf)) = -inf * 0, as at::gelu: " << want[3].item<float>();
+  EXPECT_TRUE(std::isnan(g[4].item<float>()));
+  EXPECT_EQ(g[5].item<float>(), 100.0f);
+  EXPECT_EQ(g[6].item<float>(), -0.0f);
+  EXPECT_THROW(decode_gelu(specials.to(at::kDouble)), std::invalid_argument);
 }
 
 // GELU rows, too, must not depend on the rows beside them (ATen computes a one-element tensor with

@@ -13,6 +13,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -22,15 +23,28 @@ namespace tinygpt {
 
 class StaticKVCache;
 
+// Where the fused step's time goes, timed inside real steps (a clock read between parts, ~20 ns
+// each): `tinygpt bench --profile` reads it. Timed alone, a part finds its weights and keys in cache;
+// inside a step they come from memory, which is the time a user's decode pays.
+struct FusedStepProfile {
+  enum Part { Embedding, Norms, QkvProducts, OutProducts, UpProducts, DownProducts, HeadProduct, RopeAndCache, Attention, kParts };
+  static const char* name(Part p);
+  std::array<double, kParts> seconds{};
+  int64_t steps = 0;  // fused steps timed (one-token steps; a prefill is the model's step, not counted)
+};
+
 class FusedCpuStep final : public StepFunction {
  public:
   explicit FusedCpuStep(StaticKVCache& cache) : cache_(cache) {}
   // idx (B, T) at positions start.. through `cache` (the one bound) -> (B, V).
   at::Tensor operator()(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, Kernels kernels) override;
+  // Adds each part's time of every later fused step to *p (null: no timing, the default).
+  void set_profile(FusedStepProfile* p) { profile_ = p; }
 
  private:
   StaticKVCache& cache_;
   std::vector<float> scratch_;
+  FusedStepProfile* profile_ = nullptr;
 };
 
 }  // namespace tinygpt

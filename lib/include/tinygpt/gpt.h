@@ -135,6 +135,12 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
                         KVCache* cache, Kernels kernels, const at::Tensor& positions = {});
   void build();
+  // Every parameter moved into one CPU block of huge pages (huge_pages.h) in the order a decode step
+  // reads them - each layer's norm1, qkv, out, norm2, up, down, then the final norm and the embedding
+  // the tied head reads last - so a batch-1 step streams one run of memory and the products'
+  // prefetch runs on across a matrix's end. The parameters stay ordinary tensors (views of the
+  // block); moving the model to a GPU moves them out. Called by build(), before any are filled.
+  void place_parameters_in_one_block();
   Config cfg_;
 };
 TORCH_MODULE(GPT);

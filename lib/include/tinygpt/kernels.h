@@ -8,10 +8,10 @@
 //    (up to kMatvecMaxRows) while it sits in L1; four weight rows by three input rows per inner
 //    loop (then two, then one), AVX2/FMA where the CPU has it;
 //  - the attention of one query over the cached keys with no mask: one pass per (batch, head);
-//  - LayerNorm, and the bias and residual add folded into the products' epilogues (each LibTorch
-//    op costs microseconds of dispatch and allocation; a decode step had ~170 of them); the GELU
-//    is LibTorch's own vectorised one, one call after the product (a scalar erf per element
-//    cost more than the call).
+//  - LayerNorm, and the bias, GELU and residual add folded into the products' epilogues (each
+//    LibTorch op costs microseconds of dispatch and allocation; a decode step had ~170 of them).
+//    The GELU is LibTorch's vector formula (A&S 7.1.26 erf) with an exp of our own: within a few
+//    ulp of at::gelu, not equal to it.
 // RoPE and the cache are the same code for both. Leaves out reduced precision: float32 only.
 #pragma once
 
@@ -32,8 +32,8 @@ constexpr int64_t kMatvecMaxRows = 16;
 const char* to_string(Kernels k);
 
 // x (..., K) times w (N, K) transposed, plus b (N) when defined, then GELU (exact erf form) when
-// asked, then plus residual (..., N) when defined: (..., N). Decode fuses bias and residual into
-// the product's epilogue and calls at::gelu between; Library is at::linear, at::gelu and an add.
+// asked, then plus residual (..., N) when defined: (..., N). Decode does bias, GELU and residual in
+// the product's epilogue; Library is at::linear, at::gelu and an add.
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k,
                    const at::Tensor& residual = {}, bool gelu = false);
 
@@ -48,6 +48,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
 // The kernels alone, for tests and the bench.
 // x (R, K) float32 CPU, w (N, K) float32 CPU contiguous, b (N) or undefined -> (R, N). Any R.
 at::Tensor matvec(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b);
+// Decode's GELU of a float32 CPU tensor, elementwise -> the same shape.
+at::Tensor decode_gelu(const at::Tensor& x);
 // q (B, H, 1, hd), K and V (B, H, S, hd), float32 CPU with the last dim contiguous -> (B, H, 1, hd).
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V);
 
