@@ -76,7 +76,7 @@ at::Tensor generate_uncached(GPT& model, const at::Tensor& idx, int64_t n_tokens
   at::Tensor seq = sequence_buffer(idx, n_tokens);  // (B, T0 + n)
   for (int64_t i = 0; i < n_tokens; ++i) {
     const int64_t L = T0 + i, w = std::min(L, ctx);
-    at::Tensor logits = model->forward(seq.narrow(1, L - w, w)).select(1, w - 1);  // (B, V)
+    at::Tensor logits = model->forward_last(seq.narrow(1, L - w, w));  // (B, V): forward's last position
     if (observe) observe(i, logits);
     seq.narrow(1, L, 1).copy_(checked_ids(choose(logits, seq.narrow(1, 0, L)), seq.size(0), V));
   }

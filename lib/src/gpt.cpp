@@ -184,6 +184,15 @@ at::Tensor GPTImpl::forward(const at::Tensor& idx) {
   return forward_with(idx, production_policy());
 }
 
+at::Tensor GPTImpl::forward_last(const at::Tensor& idx) {
+  check_token_ids(idx, cfg_.vocab_size, "forward");
+  const int64_t T = idx.size(1);
+  if (T > cfg_.context)
+    throw std::invalid_argument("forward: sequence length " + std::to_string(T) + " exceeds context " + std::to_string(cfg_.context));
+  const at::Tensor x = run_blocks(emb->forward(idx), /*start=*/0, production_policy(), nullptr, Kernels::Library);  // (B, T, d)
+  return head(x.narrow(1, T - 1, 1), Kernels::Library).select(1, 0);                                            // (B, V)
+}
+
 at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "forward");
   at::Tensor x = emb->forward(idx);                          // (B, T, d)

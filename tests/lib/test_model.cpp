@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <map>
+#include <vector>
 
 #include "tinygpt/gpt.h"
 
@@ -78,6 +80,46 @@ TEST(Model, UntrainedLossOnRandomTokensIsLnVocab) {
   at::Tensor logits = model->forward(idx.narrow(1, 0, 128));       // (4, 128, V)
   at::Tensor loss = at::cross_entropy_loss(logits.reshape({-1, 4096}), idx.narrow(1, 1, 128).reshape({-1}));
   EXPECT_NEAR(loss.item<double>(), std::log(4096.0), 0.1);
+}
+
+// The uncached loop's forward: the head over the last row only. Same function as forward's last
+// row (equal bit for bit on the dev machine's OpenBLAS; the bound allows another BLAS its rounding),
+// and not some other row of it.
+TEST(Model, ForwardLastIsForwardsLastRow) {
+  GPT model(Config{}, 3);
+  model->eval();
+  at::NoGradGuard no_grad;
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  for (int64_t T : {1, 3, 100, 256}) {
+    const at::Tensor idx = at::randint(4096, {2, T}, gen, at::kLong);  // (2, T)
+    const at::Tensor full = model->forward(idx);                      // (2, T, V)
+    const at::Tensor last = model->forward_last(idx);                 // (2, V)
+    ASSERT_EQ(last.sizes(), (std::vector<int64_t>{2, 4096}));
+    EXPECT_LT((last - full.select(1, T - 1)).abs().max().item<double>(), 1e-6) << T;
+    if (T > 1) EXPECT_GT((last - full.select(1, T - 2)).abs().max().item<double>(), 1e-2) << T;
+  }
+  EXPECT_THROW(model->forward_last(at::zeros({1, 257}, at::kLong)), std::invalid_argument);
+  EXPECT_THROW(model->forward_last(at::tensor({1, 4096}, at::kLong).unsqueeze(0)), std::invalid_argument);
+}
+
+// Every parameter sits in one block, in the order a decode step reads them (gpt.h), so the step
+// streams one run of memory; the tied head (the embedding) comes last.
+TEST(Model, ParametersLiveInOneBlockInTheOrderAStepReadsThem) {
+  GPT model(Config{}, 0);
+  std::vector<const float*> order;
+  for (const auto& m : *model->blocks) {
+    auto* b = m->as<BlockImpl>();
+    for (const at::Tensor& t : {b->norm1->weight, b->attn->qkv->weight, b->attn->out->weight, b->norm2->weight, b->up->weight,
+                                b->down->weight})
+      order.push_back(t.data_ptr<float>());
+  }
+  order.push_back(model->norm->weight.data_ptr<float>());
+  order.push_back(model->emb->weight.data_ptr<float>());
+  for (size_t i = 1; i < order.size(); ++i) EXPECT_LT(order[i - 1], order[i]) << i;
+  const float* first = order.front();
+  const float* end = order.back() + model->emb->weight.numel();
+  EXPECT_LT(end - first, model->parameter_count() + 16 * 64) << "one block, 64-byte aligned slots";
+  for (const auto& p : model->parameters()) EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data_ptr()) % 64, 0u);
 }
 
 TEST(Model, RejectsBadTokenIds) {
