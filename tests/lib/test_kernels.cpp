@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
+#include "tinygpt/huge_pages.h"
 #include "tinygpt/kernels.h"
 
 namespace tinygpt {
@@ -104,6 +106,19 @@ TEST(Matvec, GeluRowIsTheSameWhateverTheBatch) {
       for (int64_t r0 = 0; r0 + R <= 16; r0 += 5)
         EXPECT_TRUE(project(x.narrow(0, r0, R), w, b, Kernels::Decode, {}, true).equal(all.narrow(0, r0, R)))
             << "rows " << r0 << ".." << r0 + R - 1 << " of width " << N;
+  }
+}
+
+// Where the model keeps its weights and the static cache its keys: a huge-page block from 2 MiB on,
+// ordinary 64-byte aligned memory below, n floats either way, usable as any tensor.
+TEST(HugePages, BlocksAreAlignedToWhatTheyAreFor) {
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1} << 19, (int64_t{1} << 20) + 3}) {
+    at::Tensor t = huge_page_floats(n);
+    EXPECT_EQ(t.numel(), n);
+    const auto addr = reinterpret_cast<uintptr_t>(t.data_ptr<float>());
+    EXPECT_EQ(addr % (n * 4 >= (int64_t{2} << 20) ? (uintptr_t{2} << 20) : 64), 0u) << n;
+    t.fill_(2.0f);
+    EXPECT_EQ(t.sum().item<double>(), 2.0 * static_cast<double>(n));
   }
 }
 

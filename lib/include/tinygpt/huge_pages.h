@@ -11,8 +11,9 @@
 namespace tinygpt {
 
 // n floats (uninitialised) starting on a 2-MiB boundary, the allocation rounded up to whole 2-MiB
-// pages and marked MADV_HUGEPAGE (on Linux; elsewhere, or when the kernel declines, ordinary pages).
-// Freed when the last tensor viewing it goes. Throws std::bad_alloc.
+// pages and marked MADV_HUGEPAGE (on Linux; elsewhere, or when the kernel declines, ordinary pages);
+// under 2 MiB, ordinary 64-byte aligned memory. Freed when the last tensor viewing it goes. Throws
+// std::bad_alloc.
 at::Tensor huge_page_floats(int64_t n);
 
 }  // namespace tinygpt
