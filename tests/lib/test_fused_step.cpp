@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "tinygpt/fused_step.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/static_kv_cache.h"
@@ -76,6 +78,38 @@ TEST(FusedStep, LeavesWhatItDoesNotTakeToTheModelsStep) {
   // Bound to one cache: another one is refused, not silently written past.
   StaticKVCache other(cfg);
   EXPECT_THROW(fused(*model, next, other, 5, Kernels::Decode), std::logic_error);
+}
+
+// The profile `tinygpt bench --profile` prints: every part of every one-token step timed (a prefill
+// is the model's step and not counted), the parts inside the steps' own time, and nothing counted
+// once the profile is detached.
+TEST(FusedStep, ProfileTimesEveryPartOfItsSteps) {
+  const Config cfg = small();
+  GPT model(cfg, 9);
+  model->eval();
+  at::NoGradGuard ng;
+  StaticKVCache cache(cfg);
+  FusedCpuStep fused(cache);
+  FusedStepProfile prof;
+  fused.set_profile(&prof);
+  const at::Tensor prompt = at::tensor({1, 2, 3, 4}, at::kLong).view({2, 2});
+  fused(*model, prompt, cache, 0, Kernels::Decode);  // a prefill: the model's step
+  EXPECT_EQ(prof.steps, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < 30; ++i) fused(*model, at::tensor({5, 6}, at::kLong).view({2, 1}), cache, 2 + i, Kernels::Decode);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(prof.steps, 30);
+  double sum = 0;
+  for (int i = 0; i < FusedStepProfile::kParts; ++i) {
+    const auto part = static_cast<FusedStepProfile::Part>(i);
+    EXPECT_GT(prof.seconds[static_cast<size_t>(i)], 0.0) << FusedStepProfile::name(part);
+    EXPECT_STRNE(FusedStepProfile::name(part), "?");
+    sum += prof.seconds[static_cast<size_t>(i)];
+  }
+  EXPECT_LE(sum, wall);
+  fused.set_profile(nullptr);
+  fused(*model, at::tensor({7, 8}, at::kLong).view({2, 1}), cache, 32, Kernels::Decode);
+  EXPECT_EQ(prof.steps, 30);
 }
 
 }  // namespace
