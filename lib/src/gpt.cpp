@@ -176,19 +176,24 @@ at::Tensor GPTImpl::run_blocks(at::Tensor x, int64_t start, const AttentionPolic
   return x;
 }
 
+namespace {
+// forward's and forward_last's input: valid ids, at most `context` of them.
+void check_window(const at::Tensor& idx, const Config& cfg) {
+  check_token_ids(idx, cfg.vocab_size, "forward");
+  if (idx.size(1) > cfg.context)
+    throw std::invalid_argument("forward: sequence length " + std::to_string(idx.size(1)) + " exceeds context " +
+                                std::to_string(cfg.context));
+}
+}  // namespace
+
 at::Tensor GPTImpl::forward(const at::Tensor& idx) {
-  check_token_ids(idx, cfg_.vocab_size, "forward");
-  if (idx.size(1) > cfg_.context)
-    throw std::invalid_argument("forward: sequence length " + std::to_string(idx.size(1)) +
-                                " exceeds context " + std::to_string(cfg_.context));
+  check_window(idx, cfg_);
   return forward_with(idx, production_policy());
 }
 
 at::Tensor GPTImpl::forward_last(const at::Tensor& idx) {
-  check_token_ids(idx, cfg_.vocab_size, "forward");
+  check_window(idx, cfg_);
   const int64_t T = idx.size(1);
-  if (T > cfg_.context)
-    throw std::invalid_argument("forward: sequence length " + std::to_string(T) + " exceeds context " + std::to_string(cfg_.context));
   const at::Tensor x = run_blocks(emb->forward(idx), /*start=*/0, production_policy(), nullptr, Kernels::Library);  // (B, T, d)
   return head(x.narrow(1, T - 1, 1), Kernels::Library).select(1, 0);                                            // (B, V)
 }

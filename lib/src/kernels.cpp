@@ -65,38 +65,25 @@ __attribute__((target("avx2,fma"))) inline __m128 hsum4(__m256 a, __m256 b, __m2
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// out[i] = a_i . x for four rows a_0..a_3 of K floats (K % 8 == 0): four accumulators over the
-// one vector, each summed across its lanes at the end.
-__attribute__((target("avx2,fma"))) inline void dot4_avx2(const float* a0, const float* a1, const float* a2,
-                                                          const float* a3, const float* x, int64_t K, float* out) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-  for (int64_t k = 0; k < K; k += 8) {
-    const __m256 vx = _mm256_loadu_ps(x + k);
-    c0 = _mm256_fmadd_ps(_mm256_loadu_ps(a0 + k), vx, c0);
-    c1 = _mm256_fmadd_ps(_mm256_loadu_ps(a1 + k), vx, c1);
-    c2 = _mm256_fmadd_ps(_mm256_loadu_ps(a2 + k), vx, c2);
-    c3 = _mm256_fmadd_ps(_mm256_loadu_ps(a3 + k), vx, c3);
-  }
-  _mm_storeu_ps(out, hsum4(c0, c1, c2, c3));
-}
-
-constexpr int64_t kPrefetchRows = 8;
-
-// One input row against four weight rows (the batch-1 product): dot4_avx2's sums, with the weights
-// ahead prefetched as they are consumed - two lines per step of the loop, kPrefetchBytes ahead of
-// the block's progress through memory. A burst of prefetches per block left the products at ~80% of
-// a plain read of the same bytes in a microbenchmark on the dev machine; spread over the loop at
-// 12-20 KiB ahead they matched it. The distance runs past a matrix's end into whatever follows
-// (the model keeps its weights in one block in the order a step reads them: gpt.cpp); a prefetch
-// never faults.
+// out[i] = w_i . x for four consecutive weight rows w_0..w_3 of K floats (K % 8 == 0): four
+// accumulators over the one vector, each summed across its lanes at the end.
+// With Prefetch (the batch-1 product), the weights ahead are prefetched as they are consumed - two
+// lines per step of the loop, kPrefetchBytes ahead of the block's progress through memory. A burst
+// of prefetches per block left the products at ~80% of a plain read of the same bytes in a
+// microbenchmark on the dev machine; spread over the loop at 12-20 KiB ahead they matched it. The
+// distance runs past a matrix's end into whatever follows (the model keeps its weights in one block
+// in the order a step reads them: gpt.cpp); a prefetch never faults.
 constexpr int64_t kPrefetchBytes = 16384;
 
-__attribute__((target("avx2,fma"))) inline void dot4_stream(const float* w0, int64_t K, const float* x, float* out) {
+template <bool Prefetch>
+__attribute__((target("avx2,fma"))) inline void dot4_avx2(const float* w0, int64_t K, const float* x, float* out) {
   const char* ahead = reinterpret_cast<const char*>(w0) + kPrefetchBytes;
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
   for (int64_t k = 0; k < K; k += 8) {
-    _mm_prefetch(ahead + 16 * k, _MM_HINT_T0);
-    _mm_prefetch(ahead + 16 * k + 64, _MM_HINT_T0);
+    if constexpr (Prefetch) {
+      _mm_prefetch(ahead + 16 * k, _MM_HINT_T0);
+      _mm_prefetch(ahead + 16 * k + 64, _MM_HINT_T0);
+    }
     const __m256 vx = _mm256_loadu_ps(x + k);
     c0 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + k), vx, c0);
     c1 = _mm256_fmadd_ps(_mm256_loadu_ps(w0 + K + k), vx, c1);
@@ -105,6 +92,8 @@ __attribute__((target("avx2,fma"))) inline void dot4_stream(const float* w0, int
   }
   _mm_storeu_ps(out, hsum4(c0, c1, c2, c3));
 }
+
+constexpr int64_t kPrefetchRows = 8;
 
 // Keeps a loaded vector in its register: without it GCC folds the load into every FMA that uses
 // the vector, so a weight row shared by three input rows was read three times from L1, and the
@@ -170,14 +159,15 @@ __attribute__((target("avx2,fma"))) inline void block4x2(const float* w0, int64_
 // y[r][n0..n1) for every input row: blocks of four weight rows, each met by the input rows in
 // groups of three (then two, then one) while it sits in L1. Every output is the same sum in the
 // same eight lanes whichever group computes it. Needs K % 8 == 0 (checked by the caller); the
-// last n1 % 4 rows go to the generic path. The block kPrefetchRows rows ahead is prefetched: the
-// hardware prefetcher, seeing four short interleaved streams, left the products at ~60% of a
-// plain read's bandwidth on the dev machine.
+// last n1 % 4 rows go to the generic path. With more than one input row, the block kPrefetchRows
+// rows ahead is prefetched at the block's start (the hardware prefetcher, seeing four short
+// interleaved streams, left the products at ~60% of a plain read's bandwidth on the dev machine);
+// a single input row prefetches inside its loop instead (dot4_avx2<true>).
 __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* x, float* y, int64_t n0, int64_t n1,
                                                    int64_t K, int64_t R, int64_t N) {
   int64_t n = n0;
   if (R == 1) {
-    for (; n + 4 <= n1; n += 4) dot4_stream(w + n * K, K, x, y + n);
+    for (; n + 4 <= n1; n += 4) dot4_avx2<true>(w + n * K, K, x, y + n);
     if (n < n1) rows_generic(w, x, y, n, n1, K, R, N);
     return;
   }
@@ -193,7 +183,7 @@ __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* 
       block4x3(w0, K, xa, xa + K, xa + 2 * K, y + r * N + n, y + (r + 1) * N + n, y + (r + 2) * N + n);
     }
     if (R - r == 2) block4x2(w0, K, x + r * K, x + (r + 1) * K, y + r * N + n, y + (r + 1) * N + n);
-    else if (R - r == 1) dot4_avx2(w0, w0 + K, w0 + 2 * K, w0 + 3 * K, x + r * K, K, y + r * N + n);
+    else if (R - r == 1) dot4_avx2<false>(w0, K, x + r * K, y + r * N + n);
   }
   if (n < n1) rows_generic(w, x, y, n, n1, K, R, N);
 }
@@ -279,12 +269,16 @@ __attribute__((target("avx2,fma"))) inline __m256 gelu_avx2(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(0.5f)), _mm256_add_ps(one, erf));
 }
 
+// The lanes of the last, partial vector of a row: the first `left` (1 to 7) set.
+__attribute__((target("avx2,fma"))) inline __m256i tail_mask(int64_t left) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(left)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 __attribute__((target("avx2,fma"))) void gelu_row_avx2(float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, gelu_avx2(_mm256_loadu_ps(y + i)));
   if (i < n) {
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n - i)), lanes);
+    const __m256i mask = tail_mask(n - i);
     _mm256_maskstore_ps(y + i, mask, gelu_avx2(_mm256_maskload_ps(y + i, mask)));
   }
 }
@@ -512,7 +506,7 @@ __attribute__((target("avx2,fma"))) void attention_row_avx2(const float* q, cons
     vz = _mm256_add_ps(vz, e);
   }
   if (s < S) {
-    const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(S - s)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m256i mask = tail_mask(S - s);
     const __m256 e = _mm256_and_ps(exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(p + s, mask), vm)), _mm256_castsi256_ps(mask));
     _mm256_maskstore_ps(p + s, mask, e);
     vz = _mm256_add_ps(vz, e);
