@@ -8,6 +8,7 @@
 #include "cross_device.h"
 #include "model_source.h"
 #include "report_files.h"
+#include "tinygpt/checks/catalogue.h"
 #include "tinygpt/checks/data.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/report.h"
@@ -17,13 +18,19 @@
 namespace tinygpt::cli {
 
 namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
 struct CheckOptions {
   RunOptions run;
   ModelSource model;
   std::string ids = "1,2,3", prompt, tokenizer;
   int64_t tokens = 600;
   int64_t batch = 1;
-  std::string cache = "rolling";
+  std::string cache = checks::kSeriesCache;
   std::string json;
   ReportFiles report;
 };
@@ -69,8 +76,9 @@ Command add_equivalence(CLI::App& app) {
       ->capture_default_str();
   auto names = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--checks", *names,
-                  "run only these model checks (tokens, logits, window-reference, reset, teacher-forced, sampled,\n"
-                  "long-prompt, batch, self); default: all but self")
+                  "run only these rows of the check table (" + checks::model_check_list() + ", or a sampler/<law>\n"
+                  "row); default: the default set (" + join(checks::model_checks_with(static_cast<checks::Tags>(checks::Tag::Default))) +
+                      "). `tinygpt checks` lists them")
       ->delimiter(',');
   return {cmd, [o, names] {
             const c10::Device dev = apply_run_options(o->run);
@@ -110,7 +118,7 @@ Command add_inject(CLI::App& app) {
       "Run fault-injected decode paths (attention, cache, loop and batch bugs) through every check and print\n"
       "the detection matrix (fault x check), each fault's drift from the correct cached output, and the\n"
       "mutation score. Exits 1 if any fault is missed by every check or by a check that must catch it\n"
-      "(MISSED!), or if a production cache (the negative controls) fails a check. The runs go side by side\n"
+      "(MISSED*), or if a production cache (the negative controls) fails a check. The runs go side by side\n"
       "on the CPU, one per --threads, each on one thread.");
   cmd->add_option("--fault", *fault, "fault name, or all")->capture_default_str();
   cmd->add_option("--drift-tokens", io->drift_tokens, "greedy tokens for the drift measure")->capture_default_str()->check(kPositive);
@@ -171,11 +179,36 @@ Command add_inject(CLI::App& app) {
           }};
 }
 
+Command add_checks(CLI::App& app) {
+  auto markdown = std::make_shared<bool>(false), json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "checks",
+      "List the check table: every model check (what a pass proves, what a failure points to, how it is judged,\n"
+      "its tags and cost), every fault and the checks that must catch it, the deviations an engine may declare and\n"
+      "the rows each touches, and the sampler rows. --markdown prints docs/checks.md's generated tables.");
+  cmd->add_flag("--markdown", *markdown, "the tables as Markdown (what docs/checks.md holds between its generated markers)");
+  cmd->add_flag("--json", *json, "everything as one JSON object, with the commands of this tinygpt");
+  return {cmd, [markdown, json, &app] {
+            if (*json) {
+              nlohmann::json doc = checks::catalogue_json();
+              nlohmann::json commands = nlohmann::json::array();
+              for (const CLI::App* sub : app.get_subcommands({})) commands.push_back(sub->get_name());
+              doc["commands"] = commands;
+              std::cout << doc.dump(2) << "\n";
+            } else if (*markdown) {
+              std::cout << checks::catalogue_markdown();
+            } else {
+              std::cout << checks::catalogue_text();
+            }
+            return int(kOk);
+          }};
+}
+
 Command add_cross_device(CLI::App& app) {
   struct Opts {
     RunOptions run;
     ModelSource model;
-    std::string ids = "1,2,3", cache = "rolling", json;
+    std::string ids = "1,2,3", cache = checks::kSeriesCache, json;
     int64_t tokens = 256;
   };
   auto o = std::make_shared<Opts>();

@@ -60,9 +60,8 @@ Command add_conform(CLI::App& app) {
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
   cmd->add_option("--timeout", c.timeout_s, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
   cmd->add_option("--checks", c.groups,
-                  "run only these: model check names (tokens, logits, window-reference, reset, teacher-forced, sampled,\n"
-                  "long-prompt, batch, self, ragged, join-leave, fork, rollback, batch-sizes) and/or sampler (every\n"
-                  "sampler row); default all")
+                  "run only these: model check names (" + checks::model_check_list() + ")\n"
+                  "and/or sampler (every sampler row an engine's draws can show); default all. `tinygpt checks` lists them")
       ->delimiter(',');
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");

@@ -26,6 +26,7 @@ Command add_generate(CLI::App& app);
 void add_sampling_options(CLI::App* cmd, SamplingSettings& s, uint64_t& seed);
 Command add_equivalence(CLI::App& app);
 Command add_inject(CLI::App& app);
+Command add_checks(CLI::App& app);
 Command add_convert(CLI::App& app);
 Command add_export(CLI::App& app);
 Command add_encode(CLI::App& app);

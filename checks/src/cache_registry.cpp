@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "faults.h"
+#include "tinygpt/checks/check_suite.h"
 #include "tinygpt/graph_step.h"
 #include "tinygpt/ring_kv_cache.h"
 #include "tinygpt/fused_step.h"
@@ -29,6 +30,14 @@ void CacheRegistry::add(CacheVariant v) {
   if (!v.make_cache) throw std::invalid_argument("cache registry: cache '" + v.name + "' has no factory");
   if (v.make_step && v.policy)
     throw std::invalid_argument("cache registry: cache '" + v.name + "' has a step function and an attention policy of its own");
+  for (const auto* names : {&v.expected, &v.checks})
+    for (const auto& c : *names) {
+      try {
+        find_check(c);
+      } catch (const std::invalid_argument&) {
+        throw std::invalid_argument("cache registry: '" + v.name + "' names check '" + c + "', which the check table does not have");
+      }
+    }
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& e : variants_)
     if (e->name == v.name) throw std::invalid_argument("cache registry: duplicate name " + v.name);
@@ -65,7 +74,7 @@ CacheRegistry& cache_registry() {
     auto* reg = new CacheRegistry;
     CacheRegistry& r = *reg;
     CacheVariant rolling;
-    rolling.name = "rolling";
+    rolling.name = kSeriesCache;
     rolling.description = "the series' cache and arithmetic: torch.cat per step, attend to up to context+1 keys, keep the last context";
     rolling.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
     r.add(std::move(rolling));

@@ -2,11 +2,47 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 #include <stdexcept>
 
+#include "tinygpt/checks/deviations.h"
+
 namespace tinygpt::checks {
+
+std::string tag_names(Tags tags) {
+  static const std::pair<Tag, const char*> names[] = {
+      {Tag::Default, "default"},         {Tag::Serving, "serving"},     {Tag::PastWindow, "past-window"},
+      {Tag::OnlyPastWindow, "only-past-window"}, {Tag::NeedsScores, "needs-scores"}, {Tag::EngineOnly, "engine-only"},
+      {Tag::Sampler, "sampler"}};
+  std::string s;
+  for (const auto& [t, n] : names)
+    if (has(tags, t)) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+std::string judge_text(Judge j) {
+  switch (j) {
+    case Judge::Tokens: return "greedy ids identical";
+    case Judge::Reference: return "the reference tolerance (or --max-kl / --min-top1)";
+    case Judge::Self: return "the self tolerance";
+    case Judge::Repeat: return "the reference tolerance, against its own earlier run";
+    case Judge::Invariance: return "the reference tolerance, against the row alone";
+    case Judge::Law: return "the law's formula";
+  }
+  return "?";
+}
+
+const char* cost_name(Cost c) {
+  switch (c) {
+    case Cost::Shared: return "the main run";
+    case Cost::Run: return "a run";
+    case Cost::Runs: return "many runs";
+    case Cost::Law: return "a property";
+  }
+  return "?";
+}
 
 const CheckResult* EquivalenceResult::check(const std::string& name) const {
   for (const auto& c : checks)
@@ -15,7 +51,11 @@ const CheckResult* EquivalenceResult::check(const std::string& name) const {
 }
 
 CheckContext::CheckContext(GPT& m, const EquivalenceOptions& o, DecodeTarget& t, EquivalenceResult& r, const Reference* shared)
-    : model(m), opts(o), target(t), out(r), shared_(shared) {}
+    : model(m), opts(o), target(t), out(r), shared_(shared) {
+  bound_.tol = o.tolerance;
+  for (const auto& name : t.deviations())
+    if (const Deviation* d = find_deviation(name)) declared_.push_back(d);
+}
 
 const Reference& CheckContext::ref() {
   if (shared_) return *shared_;
@@ -23,10 +63,16 @@ const Reference& CheckContext::ref() {
   return *own_ref_;
 }
 
-const Generation& CheckContext::main(const std::string& asking_check) {
+const CheckDef& CheckContext::row() const {
+  if (!row_) throw std::logic_error("CheckContext::row: no check is running");
+  return *row_;
+}
+
+const Generation& CheckContext::main() {
+  out.main_attempted = true;
   if (main_) return *main_;
   if (main_error_) throw std::runtime_error("the target's main run did not complete (see " + *main_error_ + ")");
-  main_error_ = asking_check;  // if the run throws, later checks point here
+  main_error_ = row_ ? row_->name : std::string("the first check");  // if the run throws, later checks point here
   main_ = target.generate(opts.prompt, opts.tokens, greedy());
   main_error_.reset();
   return *main_;
@@ -34,13 +80,30 @@ const Generation& CheckContext::main(const std::string& asking_check) {
 
 const StepReference& CheckContext::main_reference() {
   if (!main_ref_) {
-    const Generation& m = main("logits");
+    const Generation& m = main();
     const Reference& r = ref();
     main_ref_ = m.seq.to(r.uncached.device()).equal(r.uncached)
                     ? r.steps
                     : reference_for(model, m.seq.to(r.uncached.device()), opts.prompt.size(1), opts.tokens);
   }
   return *main_ref_;
+}
+
+RowBound CheckContext::bound_for(const CheckDef& def) const {
+  RowBound b;
+  b.tol = opts.tolerance;
+  for (const Deviation* d : declared_) {
+    if (!d->touches(def)) continue;
+    const std::optional<double> wider = def.judge == Judge::Self ? d->self_tolerance : d->tolerance;
+    if (!wider) {
+      b.declared_by.push_back(d->name);
+      continue;
+    }
+    b.relaxed_by.push_back(d->name);
+    double& t = def.judge == Judge::Self ? b.tol.self : b.tol.logits;
+    t = std::max(t, *wider);
+  }
+  return b;
 }
 
 void validate(const EquivalenceOptions& opts) {
@@ -74,17 +137,77 @@ const CheckDef& find_check(const std::string& name) {
   for (const auto* table : {&model_checks(), &sampler_checks()})
     for (const auto& c : *table)
       if (c.name == name) return c;
-  std::string known;
-  for (const auto& n : check_names()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown check '" + name + "' (known: " + known + ")");
+  throw std::invalid_argument("unknown check '" + name + "' (known: " + model_check_list() + ", and the sampler/<law> rows of `tinygpt checks`)");
 }
+
+std::vector<std::string> model_checks_with(Tags all, Tags none) {
+  std::vector<std::string> out;
+  for (const auto& c : model_checks())
+    if ((c.tags & all) == all && (c.tags & none) == 0) out.push_back(c.name);
+  return out;
+}
+
+std::vector<std::string> row_operation_checks() {
+  std::vector<std::string> out;
+  for (const auto& c : model_checks())
+    if (!c.op.empty()) out.push_back(c.name);
+  return out;
+}
+
+std::string model_check_list() {
+  std::string s;
+  for (const auto& c : model_checks()) s += (s.empty() ? "" : ", ") + c.name;
+  return s;
+}
+
+namespace {
+
+// The row's skip, when it has one here: an operation the target lacks, or a row that proves
+// nothing while the run is kept inside the window.
+bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
+  if (def.is(Tag::OnlyPastWindow) && !ctx.opts.past_window) {
+    r.status = Status::Skipped;
+    r.detail = "skipped (--no-past-window): the target is never driven past the context";
+    return true;
+  }
+  if (!def.op.empty()) {
+    const std::string why = ctx.target.serving_unsupported(def.op);
+    if (!why.empty()) {
+      r.status = Status::Skipped;
+      r.detail = "skipped: " + why;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Says in the row which declared deviations touch it: those that set its bound, and those that
+// give it none (a failure of such a row is reported as declared, never as a silent pass).
+void annotate_deviations(const CheckDef& def, const RowBound& b, CheckResult& row) {
+  for (const auto* names : {&b.relaxed_by, &b.declared_by})
+    for (const auto& n : *names) row.bound += (row.bound.empty() ? "" : "; ") + std::string("declared ") + n;
+  if (row.status == Status::Fail && !b.declared_by.empty()) {
+    row.status = Status::Skipped;
+    row.detail = "declared: " + b.declared_by.front() + ": " + row.detail;
+  }
+  if (!b.relaxed_by.empty()) {
+    std::string names;
+    for (const auto& n : b.relaxed_by) names += (names.empty() ? "" : ", ") + n;
+    const double bound = def.judge == Judge::Self ? b.tol.self : b.tol.logits;
+    row.detail = "declared " + names + ", judged at " + sci(bound) + ": " + row.detail;
+  }
+}
+
+}  // namespace
 
 CheckResult run_check(const CheckDef& def, CheckContext& ctx) {
   CheckResult r;
   r.name = def.name;
   const auto t0 = std::chrono::steady_clock::now();
+  ctx.row_ = &def;
+  ctx.bound_ = ctx.bound_for(def);
   try {
-    def.run(ctx, r);
+    if (!skipped_here(def, ctx, r)) def.run(ctx, r);
   } catch (const CheckFailure& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
@@ -95,6 +218,9 @@ CheckResult run_check(const CheckDef& def, CheckContext& ctx) {
   } catch (const std::exception& e) {
     r = error_result(def.name, e.what());
   }
+  annotate_deviations(def, ctx.bound_, r);
+  ctx.row_ = nullptr;
+  ctx.bound_ = RowBound{ctx.opts.tolerance, {}, {}};
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -114,13 +240,9 @@ EquivalenceResult run_checks(GPT& model, const EquivalenceOptions& opts, DecodeT
   r.tolerance = opts.tolerance.logits;
   at::NoGradGuard no_grad;
   CheckContext ctx(model, opts, target, r, shared);
+  const std::vector<std::string> run = names.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : names;
   std::vector<const CheckDef*> defs;
-  if (names.empty()) {
-    for (const auto& c : model_checks())
-      if (c.in_default) defs.push_back(&c);
-  } else {
-    for (const auto& n : names) defs.push_back(&find_check(n));
-  }
+  for (const auto& n : run) defs.push_back(&find_check(n));
   for (const CheckDef* d : defs) r.checks.push_back(run_check(*d, ctx));
   // The uncached margins, for reports: computed only when a model check built the reference.
   if (shared || ctx.have_main()) {

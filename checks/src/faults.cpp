@@ -4,6 +4,8 @@
 
 #include "tinygpt/rope.h"
 #include "tinygpt/serving.h"
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/fused_step.h"
 #include "tinygpt/static_kv_cache.h"
 
 namespace tinygpt::checks {
@@ -306,39 +308,45 @@ class SlotReusedWithoutReset final : public ServingSchedule {
   void reuse(KVCache&) const override {}
 };
 
-// Faults are the fastest production path (the preallocated cache and the matvec kernel) with one
-// decision changed; cache faults bring their own storage.
+// A fault is the `static` production path - the preallocated cache, the decode kernels and the fused
+// step (cache_registry.cpp) - with one decision changed. Loop and serving-loop faults keep all of it.
 CacheVariant fault(std::string name, std::string description, std::vector<std::string> expected) {
   CacheVariant v;
   v.name = std::move(name);
   v.description = std::move(description);
   v.make_cache = [](const Config& c) { return std::make_unique<StaticKVCache>(c); };
   v.kernels = Kernels::Decode;
+  v.make_step = [](KVCache& cache) { return std::make_unique<FusedCpuStep>(static_cast<StaticKVCache&>(cache)); };
   v.is_fault = true;
   v.expected = std::move(expected);
   return v;
 }
 
+// A policy fault runs the model's own step with the same kernels: the fused step computes the
+// production positions and mask inside its kernels, so the changed policy must be the one the step reads.
 template <typename Policy>
 CacheVariant policy_fault(std::string name, std::string description, std::vector<std::string> expected) {
   CacheVariant v = fault(std::move(name), std::move(description), std::move(expected));
+  v.make_step = nullptr;
   v.policy = std::make_shared<Policy>();
   return v;
 }
 
+// A cache fault brings its own storage, so it runs the model's own step: the fused step writes into
+// a StaticKVCache's buffers directly and would bypass the fault.
 template <typename Cache>
 CacheVariant cache_fault(std::string name, std::string description, std::vector<std::string> expected) {
   CacheVariant v = fault(std::move(name), std::move(description), std::move(expected));
+  v.make_step = nullptr;
   v.make_cache = [](const Config& c) { return std::make_unique<Cache>(c); };
   return v;
 }
 
-const std::vector<std::string> kServingChecks = {"ragged", "join-leave", "fork", "rollback"};
-
+// Serving faults run the rows that drive a serving operation (the default rows never drive rows apart).
 template <typename Cache>
 CacheVariant serving_cache_fault(std::string name, std::string description, std::string expected) {
   CacheVariant v = cache_fault<Cache>(std::move(name), std::move(description), {std::move(expected)});
-  v.checks = kServingChecks;
+  v.checks = row_operation_checks();
   return v;
 }
 
@@ -346,7 +354,7 @@ template <typename Schedule>
 CacheVariant serving_loop_fault(std::string name, std::string description, std::string expected) {
   CacheVariant v = fault(std::move(name), std::move(description), {std::move(expected)});
   v.serving = std::make_shared<Schedule>();
-  v.checks = kServingChecks;
+  v.checks = row_operation_checks();
   return v;
 }
 
@@ -357,15 +365,21 @@ CacheVariant loop_fault(std::string name, std::string description, std::vector<s
   return v;
 }
 
+// The seed's two planted bugs, with the drift it reports for each on its Holmes model.
+CacheVariant seed_fault(CacheVariant v, int64_t seed_drift) {
+  v.seed_drift = seed_drift;
+  return v;
+}
+
 }  // namespace
 
 void register_faults(CacheRegistry& r) {
   // Which checks must catch each fault on any model: the logit-level ones that see its effect.
   // Token checks are left out: on untrained weights greedy decoding repeats one token and misses most.
-  const std::vector<std::string> in_window = {"logits", "window-reference", "teacher-forced"};
-  const std::vector<std::string> past_window = {"window-reference", "teacher-forced"};
-  r.add(policy_fault<RopeOffset>("rope-offset", "decode step rotates q and k as if at position 0 (seed gotcha 1)", in_window));
-  r.add(policy_fault<TopLeftMask>("topleft-mask", "decode query under a top-left causal mask sees only key 0 (seed gotcha 2)", in_window));
+  const std::vector<std::string> in_window = {check::kLogits, check::kWindowReference, check::kTeacherForced};
+  const std::vector<std::string> past_window = {check::kWindowReference, check::kTeacherForced};
+  r.add(seed_fault(policy_fault<RopeOffset>("rope-offset", "decode step rotates q and k as if at position 0 (seed gotcha 1)", in_window), 7));
+  r.add(seed_fault(policy_fault<TopLeftMask>("topleft-mask", "decode query under a top-left causal mask sees only key 0 (seed gotcha 2)", in_window), 3));
   r.add(policy_fault<DecodePositionOffByOne>("decode-pos-off-by-one", "attention rotates decode tokens one position early", in_window));
   r.add(policy_fault<RopeOnValues>("rope-on-v", "RoPE applied to values as well as queries and keys", in_window));
   r.add(policy_fault<PrefillWithoutMask>("prefill-no-mask", "prefill run without the causal mask", in_window));
@@ -374,32 +388,32 @@ void register_faults(CacheRegistry& r) {
   r.add(cache_fault<NeverTrimmed>("never-trimmed", "cache never trimmed: past the window it sees every token", past_window));
   r.add(cache_fault<KVSwapped>("kv-swapped", "keys and values stored in each other's place", in_window));
   r.add(cache_fault<NeverReset>("no-reset", "the cache's reset() does nothing: the next sequence starts on stale entries",
-                                {"reset", "teacher-forced"}));
+                                {check::kReset, check::kTeacherForced}));
   r.add(loop_fault<WrappedPositions>("loop-wrapped-positions", "the loop wraps positions at the window (pos % context)",
-                                     {"window-reference", "long-prompt"}));
+                                     {check::kWindowReference, check::kLongPrompt}));
   r.add(loop_fault<ClampedPositions>("loop-clamped-positions", "the loop's positions stop growing at the window's last slot",
-                                     {"window-reference", "long-prompt"}));
+                                     {check::kWindowReference, check::kLongPrompt}));
   r.add(loop_fault<LoopPositionOffByOne>("loop-pos-off-by-one", "the loop feeds each decode token at the previous token's position",
-                                         {"logits", "window-reference", "long-prompt"}));
+                                         {check::kLogits, check::kWindowReference, check::kLongPrompt}));
   r.add(loop_fault<PrefillFromTheStart>("loop-prefill-offset", "a prompt longer than the window is prefilled from its start, not its end",
-                                        {"long-prompt"}));
-  r.add(loop_fault<LoopWithoutReset>("loop-no-reset", "the loop forgets to reset the cache between calls", {"reset"}));
+                                        {check::kLongPrompt}));
+  r.add(loop_fault<LoopWithoutReset>("loop-no-reset", "the loop forgets to reset the cache between calls", {check::kReset}));
   r.add(loop_fault<HistoryWithoutPrompt>("loop-history-no-prompt", "the sampler's history leaves out the prompt (penalty forgets it)",
-                                         {"sampled"}));
-  r.add(cache_fault<RowsMixed>("rows-mixed", "row b's keys and values stored as row b+1's", {"batch"}));
+                                         {check::kSampled}));
+  r.add(cache_fault<RowsMixed>("rows-mixed", "row b's keys and values stored as row b+1's", {check::kBatch}));
   r.add(cache_fault<PrefillRowsShifted>("prefill-rows-shifted", "the prompt's entries stored one row off (admission into the wrong slot)",
-                                        {"batch"}));
+                                        {check::kBatch}));
   // Serving faults: each runs the serving checks (the default ones never drive rows apart).
   r.add(serving_loop_fault<PaddedPositions>("ragged-padded-positions",
-                                            "a ragged prefill's positions counted from the padded length (left padding)", "ragged"));
+                                            "a ragged prefill's positions counted from the padded length (left padding)", check::kRagged));
   r.add(serving_loop_fault<BatchPositionForEveryRow>("joined-row-at-batch-position",
-                                                     "a row that joined a running batch stepped at the batch's position", "join-leave"));
+                                                     "a row that joined a running batch stepped at the batch's position", check::kJoinLeave));
   r.add(serving_loop_fault<SlotReusedWithoutReset>("released-slot-not-reset",
-                                                   "a left row's cache slot handed to a new row without a reset", "join-leave"));
-  r.add(serving_cache_fault<ForkSharesStorage>("fork-shares-storage", "a forked row's cache shares its parent's storage", "fork"));
-  r.add(serving_cache_fault<TruncateOffByOne>("truncate-off-by-one", "a rollback drops one entry too few", "rollback"));
+                                                   "a left row's cache slot handed to a new row without a reset", check::kJoinLeave));
+  r.add(serving_cache_fault<ForkSharesStorage>("fork-shares-storage", "a forked row's cache shares its parent's storage", check::kFork));
+  r.add(serving_cache_fault<TruncateOffByOne>("truncate-off-by-one", "a rollback drops one entry too few", check::kRollback));
   r.add(serving_cache_fault<TruncateForgetsTheWindow>(
-      "truncate-forgets-the-window", "a rollback past the window does not bring back the entries the drafts pushed out", "rollback"));
+      "truncate-forgets-the-window", "a rollback past the window does not bring back the entries the drafts pushed out", check::kRollback));
 }
 
 }  // namespace tinygpt::checks

@@ -69,7 +69,7 @@ nlohmann::json trace(const std::string& name, const std::vector<int64_t>& ids, i
 // and uncached when `with_uncached`.
 nlohmann::json greedy_rows(Fixture& fx, c10::Device dev, const CacheVariant& variant, bool with_uncached,
                            const Reference* uncached) {
-  at::Tensor prompt = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev);
+  const at::Tensor prompt = main_prompt(dev);
   nlohmann::json rows = nlohmann::json::array();
   for (bool cached : {true, false}) {
     if (!cached && !with_uncached) continue;
@@ -90,7 +90,7 @@ nlohmann::json greedy_rows(Fixture& fx, c10::Device dev, const CacheVariant& var
     for (int64_t i = 0; i < steps.size(1); ++i) logits.push_back(steps[0][i].to(at::kCPU));
     at::Tensor o = out[0].to(at::kCPU);
     rows.push_back(trace(cached ? "cached" : "uncached", std::vector<int64_t>(o.data_ptr<int64_t>(), o.data_ptr<int64_t>() + o.numel()),
-                         3, logits, fx.tokenizer));
+                         prompt.size(1), logits, fx.tokenizer));
   }
   return rows;
 }
@@ -149,15 +149,16 @@ std::string model_digest(GPT& model) {
 std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device dev,
                                                                    const CacheVariant* variant, const Reference* uncached) {
   if (uncached) {
-    const at::Tensor want = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0);
-    if (uncached->uncached.size(0) != 1 || uncached->uncached.size(1) != 3 + kGreedyTokens ||
-        !uncached->uncached.narrow(1, 0, 3).to(at::kCPU).equal(want))
+    const at::Tensor want = main_prompt();
+    const int64_t T0 = want.size(1);
+    if (uncached->uncached.size(0) != 1 || uncached->uncached.size(1) != T0 + kGreedyTokens ||
+        !uncached->uncached.narrow(1, 0, T0).to(at::kCPU).equal(want))
       throw std::invalid_argument("goldens: the reused uncached run must be ids [1, 2, 3] and " +
                                   std::to_string(kGreedyTokens) + " greedy tokens");
   }
   at::NoGradGuard no_grad;
   const bool recorded = variant == nullptr;  // the recorded set: every case, through the series' cache
-  if (!variant) variant = &cache_registry().get("rolling");
+  if (!variant) variant = &cache_registry().get(kSeriesCache);
   const std::string digest = model_digest(fx.model);
   std::vector<std::pair<std::string, nlohmann::json>> files;
   {
@@ -176,7 +177,8 @@ std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx,
   }
   {
     nlohmann::json doc = envelope("greedy-600", dev, 0, digest);
-    doc["prompt_ids"] = {1, 2, 3};
+    const at::Tensor p = main_prompt().contiguous();
+    doc["prompt_ids"] = std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
     doc["rows"] = greedy_rows(fx, dev, *variant, recorded, uncached);
     files.emplace_back("greedy_600.json", doc);
   }

@@ -132,7 +132,8 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
       if (d->first_position_over && (!first || *d->first_position_over < *first)) first = d->first_position_over;
     }
     f.first_logit_position_over = first;
-    f.drift_measured = r.check("tokens") != nullptr;
+    f.seed_drift = v->seed_drift;
+    f.drift_measured = r.main_attempted;
     if (!f.drift_measured) {
       // a serving fault's run makes no greedy main run: no drift to measure
     } else if (!r.produced.defined() || !correct.defined()) {
@@ -146,29 +147,57 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
   return rep;
 }
 
+FaultMatrix fault_matrix(const InjectionReport& r) {
+  FaultMatrix m;
+  m.checks = r.check_names();
+  for (const auto& f : r.faults) {
+    m.faults.push_back(&f);
+    std::vector<MatrixCell> row;
+    const auto errors = f.errors();
+    for (const auto& c : m.checks) {
+      MatrixCell cell;
+      cell.expected = std::find(f.expected.begin(), f.expected.end(), c) != f.expected.end();
+      cell.kind = f.caught_by(c)                                                  ? MatrixCell::Caught
+                  : std::find(errors.begin(), errors.end(), c) != errors.end() ? MatrixCell::Error
+                  : f.ran(c)                                                   ? MatrixCell::Missed
+                                                                               : MatrixCell::NotRun;
+      row.push_back(cell);
+    }
+    m.cells.push_back(std::move(row));
+  }
+  return m;
+}
+
+std::string cell_symbol(const MatrixCell& c) {
+  switch (c.kind) {
+    case MatrixCell::Caught: return c.expected ? "caught*" : "caught";
+    case MatrixCell::Missed: return c.expected ? "MISSED*" : "missed";
+    case MatrixCell::Error: return c.expected ? "ERROR*" : "error";
+    case MatrixCell::NotRun: return "not run";
+  }
+  return "?";
+}
+
+const char* const kMatrixLegend =
+    "caught: the check failed on the fault; missed: it ran and passed; error: it could not finish (never a catch); "
+    "not run: not part of the fault's run; * marks a check the fault must be caught by (MISSED* and ERROR* fail the matrix)";
+
 std::string format_injection(const InjectionReport& r) {
   std::ostringstream s;
-  const std::vector<std::string> names = r.check_names();
-  // CAUGHT / missed per check; a check the fault expects to catch it and that missed is MISSED!.
-  char cell[64];
-  std::snprintf(cell, sizeof cell, "%-24s", "fault");
-  s << cell;
-  for (const auto& n : names) {
-    std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(n.size(), 7)), n.c_str());
-    s << cell;
-  }
-  s << " errors  drift        first logit over tol (worst |diff|)\n";
-  for (const auto& f : r.faults) {
-    std::snprintf(cell, sizeof cell, "%-24s", f.fault.c_str());
-    s << cell;
-    for (size_t k = 0; k < names.size(); ++k) {
-      const bool expected = std::find(f.expected.begin(), f.expected.end(), names[k]) != f.expected.end();
-      const auto errors = f.errors();
-      const bool err = std::find(errors.begin(), errors.end(), names[k]) != errors.end();
-      const char* v = f.caught_by(names[k]) ? "CAUGHT" : err ? "ERROR" : !f.ran(names[k]) ? "-" : (expected ? "MISSED!" : "missed");
-      std::snprintf(cell, sizeof cell, " %-*s", static_cast<int>(std::max<size_t>(names[k].size(), 7)), v);
-      s << cell;
-    }
+  const FaultMatrix m = fault_matrix(r);
+  // Every column as wide as its longest entry: the check's name or a cell's symbol.
+  size_t fault_w = std::string("fault").size();
+  for (const auto* f : m.faults) fault_w = std::max(fault_w, f->fault.size());
+  std::vector<size_t> w;
+  for (const auto& n : m.checks) w.push_back(std::max(n.size(), std::string("not run").size()));
+  auto pad = [](const std::string& t, size_t width) { return t + std::string(width > t.size() ? width - t.size() : 0, ' '); };
+  s << pad("fault", fault_w);
+  for (size_t k = 0; k < m.checks.size(); ++k) s << " " << pad(m.checks[k], w[k]);
+  s << "  errors  drift         first logit over tol (worst |diff|)\n";
+  for (size_t i = 0; i < m.faults.size(); ++i) {
+    const FaultOutcome& f = *m.faults[i];
+    s << pad(f.fault, fault_w);
+    for (size_t k = 0; k < m.checks.size(); ++k) s << " " << pad(cell_symbol(m.cells[i][k]), w[k]);
     const std::string drift = !f.drift_measured ? "-" : f.drift_after ? "after " + std::to_string(*f.drift_after)
                                                                       : "none/" + std::to_string(f.drift_window);
     char over[96];
@@ -176,9 +205,11 @@ std::string format_injection(const InjectionReport& r) {
       std::snprintf(over, sizeof over, "pos %lld (%.2e)", static_cast<long long>(*f.first_logit_position_over), f.worst_logit_diff);
     else
       std::snprintf(over, sizeof over, "none (%.2e)", f.worst_logit_diff);
-    std::snprintf(cell, sizeof cell, " %6zu  %-12s ", f.errors().size(), drift.c_str());
-    s << cell << over << "\n";
+    char tail[64];
+    std::snprintf(tail, sizeof tail, "  %6zu  %-12s  ", f.errors().size(), drift.c_str());
+    s << tail << over << "\n";
   }
+  if (!m.faults.empty()) s << kMatrixLegend << "\n";
   for (const auto& c : r.controls)
     s << "negative control (" << c.cache << "): " << (c.passed() ? "passes every check" : "FAILS") << "\n";
   int unexpected = 0;
@@ -188,7 +219,7 @@ std::string format_injection(const InjectionReport& r) {
       s << f.fault << ": " << f.errors().size() << " check(s) could not finish (errors are not detections), first: "
         << f.errors().front() << "\n";
   s << "mutation score: " << r.caught() << "/" << r.faults.size() << " faults caught";
-  if (unexpected) s << "; " << unexpected << " missed by a check that should catch them (MISSED!)";
+  if (unexpected) s << "; " << unexpected << " missed by a check that should catch them (MISSED*)";
   s << "\n";
   return s.str();
 }

@@ -12,6 +12,10 @@
 
 namespace tinygpt::checks {
 
+at::Tensor main_prompt(c10::Device device) {
+  return at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(device);  // (1, 3)
+}
+
 double top2_margin(const at::Tensor& logits) {
   if (logits.size(-1) < 2) return std::numeric_limits<double>::infinity();
   at::Tensor top2 = std::get<0>(logits.topk(2, -1));

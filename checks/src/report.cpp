@@ -13,8 +13,8 @@
 namespace tinygpt::checks {
 
 namespace {
-// The model checks of one run, as every report before the one result type had them (name, passed,
-// detail) plus status.
+// The checks of one run: the fields of every result row, plus "name" and "detail" (the names the
+// equivalence and matrix reports use for "check" and "figure"; docs/reports.md).
 nlohmann::json checks_json(const std::vector<CheckResult>& checks) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& c : checks) {
@@ -80,11 +80,20 @@ nlohmann::json to_json(const InjectionReport& r) {
                       {"per_step_diff", f.step_diffs}});
   nlohmann::json controls = nlohmann::json::array();
   for (const auto& c : r.controls) controls.push_back(to_json(c));
+  // The matrix as every view prints it: a symbol per fault and check (cell_symbol).
+  const FaultMatrix m = fault_matrix(r);
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < m.faults.size(); ++i) {
+    nlohmann::json cells = nlohmann::json::array();
+    for (const auto& c : m.cells[i]) cells.push_back(cell_symbol(c));
+    rows.push_back({{"fault", m.faults[i]->fault}, {"cells", cells}});
+  }
   return {{"passed", r.passed()},
           {"caught", r.caught()},
           {"total", r.faults.size()},
           {"controls", controls},
-          {"faults", faults}};
+          {"faults", faults},
+          {"matrix", {{"checks", m.checks}, {"legend", kMatrixLegend}, {"rows", rows}}}};
 }
 
 void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
@@ -110,7 +119,7 @@ nlohmann::json to_json(const ConformReport& r, bool past_window) {
   doc["deviations"] = r.deviations;
   doc["requests"] = r.requests;
   doc["fatal"] = r.fatal ? nlohmann::json(*r.fatal) : nlohmann::json(nullptr);
-  doc["rows"] = doc["checks"];  // the name of this list before the one result type
+  doc["rows"] = doc["checks"];  // the same list under the name conform reports also use (docs/reports.md)
   return doc;
 }
 

@@ -26,7 +26,7 @@ std::vector<GridRow> sample_grid(GPT& model, const Tokenizer& tok, const std::ve
                                  uint64_t seed, int64_t tokens, bool keep_logits, const CacheVariant* variant) {
   const c10::Device dev = model->emb->weight.device();
   at::Tensor prompt = at::tensor(prompt_ids, at::kLong).unsqueeze(0).to(dev);  // (1, T0)
-  if (!variant) variant = &cache_registry().get("rolling");
+  if (!variant) variant = &cache_registry().get(kSeriesCache);
   Decoder d = variant->decoder(model->config());
   std::vector<GridRow> rows;
   for (const auto& g : grid_settings()) {

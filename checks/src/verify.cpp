@@ -28,8 +28,8 @@ CheckResult matrix_row(const InjectionReport& rep) {
     for (const auto& c : f.checks) r.seconds += c.seconds;
     if (!f.caught()) r.detail += "; " + f.fault + " MISSED by every check" + (f.errors().empty() ? "" : " (" + f.errors().front() + " erred)");
     else if (!f.missed_expected().empty()) r.detail += "; " + f.fault + " MISSED by " + f.missed_expected().front();
-    if (f.fault == "rope-offset" || f.fault == "topleft-mask")
-      r.detail += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : std::string("never/100"));
+    if (f.seed_drift)  // the seed's own faults: the drift it measured, beside ours
+      r.detail += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : "never/" + std::to_string(f.drift_window));
   }
   return r;
 }
@@ -70,7 +70,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   // Batch 1: every production cache (the negative controls) at the seed's 600 tokens, and every
   // fault through every check at context + 16 tokens (past the window, under half the cost).
   EquivalenceOptions opts;
-  opts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(dev);
+  opts.prompt = main_prompt(dev);
   opts.tokens = o.tokens;
   opts.require_batch_invariance = o.require_batch_invariance;
   say("reference: uncached greedy run, full-forward and banded logits");
@@ -78,9 +78,9 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   InjectionOptions io;
   io.controls = production;
   io.reference = &ref;
-  // The production caches also run what serving engines do to a cache, and batch sizes 1 to 8.
-  for (const auto& c : model_checks())
-    if (c.name != "self") io.control_checks.push_back(c.name);  // self: our prefill is what logits compares with
+  // The production caches run every row but the engine-only ones (self: our prefill is what
+  // logits compares with): the default set, what serving engines do to a cache, batch sizes 1 to 8.
+  io.control_checks = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
   // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
   // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are
   // for show at once; rollback keeps crossing the window's edge, where its past-window fault shows).
@@ -112,7 +112,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     }
     if (!rep.goldens_found) return;
     Timer pt;  // the golden rows share their run's time (the batch row carries its checks' own)
-    auto gs = verify_goldens(fx, dev, v->name == "rolling" ? nullptr : v, reuse ? &ref : nullptr);
+    auto gs = verify_goldens(fx, dev, v->name == kSeriesCache ? nullptr : v, reuse ? &ref : nullptr);
     const double each = pt.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
     for (auto& g : gs) {
       g.name = "golden:" + g.name;

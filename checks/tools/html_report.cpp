@@ -183,173 +183,176 @@ std::string verdict(const ReportInput& in) {
                   : "PASS: all " + std::to_string(t.total) + " checks passed";
 }
 
-std::vector<std::string> matrix_checks(const InjectionReport& r) { return r.check_names(); }
-
-std::string cell(const FaultOutcome& f, const std::string& check) {
-  const bool expected = std::find(f.expected.begin(), f.expected.end(), check) != f.expected.end();
-  if (f.caught_by(check)) return expected ? "caught*" : "caught";
-  const auto errors = f.errors();
-  if (std::find(errors.begin(), errors.end(), check) != errors.end()) return "error";
-  if (!f.ran(check)) return "n/a";
-  return expected ? "MISSED*" : "-";
-}
-
 std::string drift_text(const FaultOutcome& f) {
   if (!f.drift_measured) return "-";
   return f.drift_after ? std::to_string(*f.drift_after) : "never in " + std::to_string(f.drift_window);
 }
 
-}  // namespace
-
-int64_t seed_drift(const std::string& fault) {
-  if (fault == "rope-offset") return 7;
-  if (fault == "topleft-mask") return 3;
-  return -1;
+// The matrix cell's class: the cells a reader must look at stand out.
+const char* cell_class(const MatrixCell& c) {
+  if (c.kind == MatrixCell::Caught) return c.expected ? "must" : "also";
+  if ((c.kind == MatrixCell::Missed || c.kind == MatrixCell::Error) && c.expected) return "FAIL";
+  return "none";
 }
+
+const char* const kStyle =
+    "body{font:14px/1.45 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px auto;max-width:1180px;color:#111;padding:0 16px}\n"
+    "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}\n"
+    ".verdict{font-size:18px;font-weight:700;padding:8px 12px;border:2px solid;display:inline-block;margin:8px 0}\n"
+    ".pass{border-color:#0072B2}.fail{border-color:#D55E00;background:#fff3ea}\n"
+    "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:3px 7px;text-align:left;vertical-align:top}\n"
+    "th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}\n"
+    "td.FAIL{font-weight:700;background:#ffe3d1}td.must{font-weight:700}td.none{color:#777}\n"
+    ".ptitle{font-size:13px;font-weight:600}.tick{font-size:10px;fill:#333}.axis{font-size:12px}.legend{font-size:11px}.sub{font-size:9px;fill:#333}\n"
+    ".grid{display:flex;flex-wrap:wrap;gap:6px}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}\n"
+    ".note{color:#444;font-size:13px}\n";
+
+// A header row of plain words.
+std::string header_row(const std::vector<std::string>& cells) {
+  std::string s = "<tr>";
+  for (const auto& c : cells) s += "<th>" + esc(c) + "</th>";
+  return s + "</tr>\n";
+}
+
+// A cell of escaped text with a class.
+std::string td(const std::string& cls, const std::string& text) { return "<td class=\"" + cls + "\">" + esc(text) + "</td>"; }
+std::string td(const std::string& text) { return "<td>" + esc(text) + "</td>"; }
+
+// The per-step plot of the correct caches and the seed's faults, then one small plot per fault.
+std::string drift_plots(const ReportInput& in) {
+  const InjectionReport* inj = in.injection;
+  std::ostringstream h;
+  std::vector<Series> main;
+  auto add_control = [&](const EquivalenceResult& c) {
+    Style st = kControl;
+    if (!main.empty()) st = {"#666666", "1 0", 1.4};
+    main.push_back({"correct cache '" + c.cache + "' (production loop vs banded reference)", c.loop_band.first_position,
+                    c.loop_band.diffs, st});
+  };
+  if (inj)
+    for (const auto& c : inj->controls) add_control(c);
+  if (in.single) add_control(*in.single);
+  size_t k = 0;
+  if (inj)
+    for (const auto& f : inj->faults)
+      if (f.seed_drift)
+        main.push_back({"fault '" + f.fault + "'", main.empty() ? 0 : main.front().first_position, f.step_diffs, kFaults[k++ % 6]});
+  h << "<h2>Per-step logit difference</h2>\n<p class=\"note\">Every decode step of the production loop against the "
+       "banded (rolling-cache) reference of SPEC 4: the correct caches sit at float noise, a fault jumps by orders of "
+       "magnitude at its first decode step.</p>\n";
+  h << log_plot("drift-plot", "largest |logit difference| per step", main, in.context, in.tolerance, 1120, 400, true);
+  if (!inj || inj->faults.empty()) return h.str();
+  h << "<h2>Every fault against the correct cache</h2>\n<p class=\"note\">Solid black: the correct cache '"
+    << esc(inj->controls.empty() ? std::string("?") : inj->controls.front().cache)
+    << "'. Dashed orange: the fault's main run. A fault that only shows in another run (reset, batch, long prompt) "
+       "stays on the black line here; its title names the checks that caught it.</p>\n<div id=\"fault-plots\" class=\"grid\">\n";
+  for (const auto& f : inj->faults) {
+    std::vector<Series> s;
+    if (!inj->controls.empty()) {
+      const auto& c = inj->controls.front();
+      std::vector<double> y(c.loop_band.diffs.begin(),
+                            c.loop_band.diffs.begin() + std::min(c.loop_band.diffs.size(), f.step_diffs.size() + 1));
+      s.push_back({"correct", c.loop_band.first_position, y, kControl});
+    }
+    s.push_back({f.fault, s.empty() ? 0 : s.front().first_position, f.step_diffs, kFaults[0]});
+    std::string by;
+    for (const auto& c : f.checks)
+      if (c.failed()) by += (by.empty() ? "" : ", ") + c.name;
+    h << log_plot("fault-" + f.fault, f.fault, s, in.context, in.tolerance, 370, 190, false, by.empty() ? "NOT CAUGHT" : "caught by " + by);
+  }
+  h << "</div>\n";
+  return h.str();
+}
+
+// Token drift against the seed's figures, then the detection matrix.
+std::string matrix_section(const InjectionReport& inj) {
+  std::ostringstream h;
+  h << "<h2>Token drift (100 greedy tokens against the correct cached output)</h2>\n<table id=\"drift-table\">"
+    << header_row({"fault", "identical tokens before drifting", "the seed's figure", "first logit step over tolerance", "worst |diff|"});
+  for (const auto& f : inj.faults)
+    h << "<tr>" << td(f.fault) << td("num", drift_text(f)) << td("num", f.seed_drift ? std::to_string(*f.seed_drift) : "-")
+      << td("num", f.first_logit_position_over ? "position " + std::to_string(*f.first_logit_position_over) : "-")
+      << td("num", num(f.worst_logit_diff)) << "</tr>\n";
+  h << "</table>\n";
+  const FaultMatrix m = fault_matrix(inj);
+  h << "<h2>Detection matrix</h2>\n<p id=\"mutation-score\"><b>Mutation score: " << inj.caught() << " of " << inj.faults.size()
+    << " faults caught (" << num(100.0 * inj.caught() / std::max<size_t>(1, inj.faults.size()), "%.0f") << "%)</b></p>\n"
+    << "<p class=\"note\">" << esc(kMatrixLegend) << "</p>\n<table id=\"detection-matrix\">";
+  std::vector<std::string> head = {"fault"};
+  head.insert(head.end(), m.checks.begin(), m.checks.end());
+  head.push_back("what it breaks");
+  h << header_row(head);
+  for (size_t i = 0; i < m.faults.size(); ++i) {
+    h << "<tr>" << td(m.faults[i]->fault);
+    for (const auto& c : m.cells[i]) h << td(cell_class(c), cell_symbol(c));
+    h << td("note", m.faults[i]->description) << "</tr>\n";
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
+// The summary table, goldens apart with their diffs.
+std::string checks_section(const std::vector<CheckResult>& rows) {
+  std::ostringstream h;
+  h << "<h2>Checks</h2>\n<table id=\"checks-table\">" << header_row({"check", "verdict", "time (s)", "key figure", "bound", "precision"});
+  std::vector<const CheckResult*> goldens;
+  for (const auto& r : rows) {
+    if (r.name.rfind("golden:", 0) == 0) {
+      goldens.push_back(&r);
+      continue;
+    }
+    h << "<tr>" << td(r.name) << td(verdict_word(r.status), verdict_word(r.status)) << td("num", num(r.seconds, "%.1f"))
+      << td(r.detail) << td(r.bound) << td(precision(r)) << "</tr>\n";
+  }
+  h << "</table>\n";
+  if (goldens.empty()) return h.str();
+  h << "<h2>Goldens</h2>\n<table id=\"golden-table\">" << header_row({"case", "verdict", "detail"});
+  for (const auto* r : goldens)
+    h << "<tr>" << td(r->name.substr(7)) << td(verdict_word(r->status), verdict_word(r->status))
+      << (r->ok() ? td(r->detail) : "<td><pre>" + esc(r->detail) + "</pre></td>") << "</tr>\n";
+  h << "</table>\n";
+  return h.str();
+}
+
+std::string bench_section(const nlohmann::json& bench) {
+  std::ostringstream h;
+  h << "<h2>Benchmark</h2>\n";
+  if (!bench.is_object() || !bench.contains("rows"))
+    return h.str() + "<p id=\"bench-missing\" class=\"note\">Not part of this run: <code>tinygpt bench --json B.json</code>, then "
+                     "<code>--bench-json B.json</code> adds its table and chart here.</p>\n";
+  h << "<table id=\"bench-table\">" << header_row({"cache", "batch", "tokens", "uncached tok/s", "cached tok/s", "speedup"});
+  for (const auto& r : bench["rows"])
+    h << "<tr>" << td(r.value("cache", std::string("?"))) << td("num", std::to_string(r.value("batch", 0)))
+      << td("num", std::to_string(r.value("tokens", 0))) << td("num", num(r.value("uncached_tok_s", 0.0), "%.0f"))
+      << td("num", num(r.value("cached_tok_s", 0.0), "%.0f")) << td("num", num(r.value("speedup", 0.0), "%.1fx")) << "</tr>\n";
+  h << "</table>\n" << bench_chart(bench);
+  return h.str();
+}
+
+std::string provenance_section(const ReportInput& in) {
+  auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  std::ostringstream h;
+  h << "<h2>Provenance</h2>\n<table id=\"provenance\">";
+  if (in.provenance.is_object())
+    for (const auto& [k, v] : in.provenance.items()) h << "<tr><th>" << esc(k) << "</th>" << td(text(v)) << "</tr>";
+  if (in.bench.is_object() && in.bench.contains("machine"))
+    for (const auto& [k, v] : in.bench["machine"].items()) h << "<tr><th>bench " << esc(k) << "</th>" << td(text(v)) << "</tr>";
+  h << "</table>\n";
+  return h.str();
+}
+
+}  // namespace
 
 std::string render_html(const ReportInput& in) {
   std::ostringstream h;
   const Tally t = tally(in.rows);
   h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n<title>tinygpt " << esc(in.command) << ": "
-    << esc(verdict(in)) << "</title>\n<style>\n"
-    << "body{font:14px/1.45 system-ui,-apple-system,'DejaVu Sans',sans-serif;margin:24px auto;max-width:1180px;color:#111;padding:0 16px}\n"
-    << "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ccc}\n"
-    << ".verdict{font-size:18px;font-weight:700;padding:8px 12px;border:2px solid;display:inline-block;margin:8px 0}\n"
-    << ".pass{border-color:#0072B2}.fail{border-color:#D55E00;background:#fff3ea}\n"
-    << "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #bbb;padding:3px 7px;text-align:left;vertical-align:top}\n"
-    << "th{background:#f0f0f0}td.num{text-align:right;font-variant-numeric:tabular-nums}\n"
-    << "td.FAIL{font-weight:700;background:#ffe3d1}td.must{font-weight:700}td.none{color:#777}\n"
-    << ".ptitle{font-size:13px;font-weight:600}.tick{font-size:10px;fill:#333}.axis{font-size:12px}.legend{font-size:11px}.sub{font-size:9px;fill:#333}\n"
-    << ".grid{display:flex;flex-wrap:wrap;gap:6px}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}\n"
-    << ".note{color:#444;font-size:13px}\n</style></head><body>\n";
+    << esc(verdict(in)) << "</title>\n<style>\n" << kStyle << "</style></head><body>\n";
   h << "<h1>tinygpt " << esc(in.command) << "</h1>\n<div class=\"note\">" << esc(in.subject) << "</div>\n";
   h << "<div id=\"verdict\" class=\"verdict " << (t.failed ? "fail" : "pass") << "\">" << esc(verdict(in)) << "</div>\n";
-
-  // Drift plots.
-  const InjectionReport* inj = in.injection;
-  if (inj || in.single) {
-    std::vector<Series> main;
-    const std::vector<EquivalenceResult>* controls = inj ? &inj->controls : nullptr;
-    auto add_control = [&](const EquivalenceResult& c) {
-      Style st = kControl;
-      if (!main.empty()) st = {"#666666", "1 0", 1.4};
-      main.push_back({"correct cache '" + c.cache + "' (production loop vs banded reference)", c.loop_band.first_position,
-                      c.loop_band.diffs, st});
-    };
-    if (controls)
-      for (const auto& c : *controls) add_control(c);
-    if (in.single) add_control(*in.single);
-    size_t k = 0;
-    if (inj)
-      for (const auto& f : inj->faults)
-        if (seed_drift(f.fault) >= 0)
-          main.push_back({"fault '" + f.fault + "'", main.empty() ? 0 : main.front().first_position, f.step_diffs, kFaults[k++ % 6]});
-    h << "<h2>Per-step logit difference</h2>\n<p class=\"note\">Every decode step of the production loop against the "
-         "banded (rolling-cache) reference of SPEC 4: the correct caches sit at float noise, a fault jumps by orders of "
-         "magnitude at its first decode step.</p>\n";
-    h << log_plot("drift-plot", "largest |logit difference| per step", main, in.context, in.tolerance, 1120, 400, true);
-    if (inj && !inj->faults.empty()) {
-      h << "<h2>Every fault against the correct cache</h2>\n<p class=\"note\">Solid black: the correct cache '"
-        << esc(inj->controls.empty() ? std::string("?") : inj->controls.front().cache)
-        << "'. Dashed orange: the fault's main run. A fault that only shows in another run (reset, batch, long prompt) "
-           "stays on the black line here; its title names the checks that caught it.</p>\n<div id=\"fault-plots\" class=\"grid\">\n";
-      for (const auto& f : inj->faults) {
-        std::vector<Series> s;
-        if (!inj->controls.empty()) {
-          const auto& c = inj->controls.front();
-          std::vector<double> y(c.loop_band.diffs.begin(),
-                                c.loop_band.diffs.begin() + std::min(c.loop_band.diffs.size(), f.step_diffs.size() + 1));
-          s.push_back({"correct", c.loop_band.first_position, y, kControl});
-        }
-        s.push_back({f.fault, s.empty() ? 0 : s.front().first_position, f.step_diffs, kFaults[0]});
-        std::string by;
-        for (const auto& c : f.checks)
-          if (c.failed()) by += (by.empty() ? "" : ", ") + c.name;
-        h << log_plot("fault-" + f.fault, f.fault, s, in.context, in.tolerance, 370, 190, false,
-                      by.empty() ? "NOT CAUGHT" : "caught by " + by);
-      }
-      h << "</div>\n";
-    }
-  }
-
-  // Drift against the seed and the detection matrix.
-  if (inj && !inj->faults.empty()) {
-    h << "<h2>Token drift (100 greedy tokens against the correct cached output)</h2>\n<table id=\"drift-table\"><tr><th>fault</th>"
-         "<th>identical tokens before drifting</th><th>the seed's figure</th><th>first logit step over tolerance</th>"
-         "<th>worst |diff|</th></tr>\n";
-    for (const auto& f : inj->faults) {
-      const int64_t sd = seed_drift(f.fault);
-      h << "<tr><td>" << esc(f.fault) << "</td><td class=\"num\">" << esc(drift_text(f)) << "</td><td class=\"num\">"
-        << (sd >= 0 ? std::to_string(sd) : "-") << "</td><td class=\"num\">"
-        << (f.first_logit_position_over ? "position " + std::to_string(*f.first_logit_position_over) : "-") << "</td><td class=\"num\">"
-        << num(f.worst_logit_diff) << "</td></tr>\n";
-    }
-    h << "</table>\n";
-    const auto names = matrix_checks(*inj);
-    h << "<h2>Detection matrix</h2>\n<p id=\"mutation-score\"><b>Mutation score: " << inj->caught() << " of " << inj->faults.size()
-      << " faults caught (" << num(100.0 * inj->caught() / std::max<size_t>(1, inj->faults.size()), "%.0f")
-      << "%)</b>; * marks a check the fault must be caught by.</p>\n<table id=\"detection-matrix\"><tr><th>fault</th>";
-    for (const auto& n : names) h << "<th>" << esc(n) << "</th>";
-    h << "<th>what it breaks</th></tr>\n";
-    for (const auto& f : inj->faults) {
-      h << "<tr><td>" << esc(f.fault) << "</td>";
-      for (const auto& n : names) {
-        const std::string c = cell(f, n);
-        const char* cls = c == "caught*" ? "must" : c == "MISSED*" || c == "error" ? "FAIL" : c == "caught" ? "also" : "none";
-        h << "<td class=\"" << cls << "\">" << c << "</td>";
-      }
-      h << "<td class=\"note\">" << esc(f.description) << "</td></tr>\n";
-    }
-    h << "</table>\n";
-  }
-
-  // The summary table, goldens apart with their diffs.
-  h << "<h2>Checks</h2>\n<table id=\"checks-table\"><tr><th>check</th><th>verdict</th><th>time (s)</th><th>key figure</th>"
-       "<th>bound</th><th>precision</th></tr>\n";
-  std::vector<const CheckResult*> goldens;
-  for (const auto& r : in.rows) {
-    if (r.name.rfind("golden:", 0) == 0) {
-      goldens.push_back(&r);
-      continue;
-    }
-    h << "<tr><td>" << esc(r.name) << "</td><td class=\"" << verdict_word(r.status) << "\">" << verdict_word(r.status)
-      << "</td><td class=\"num\">" << num(r.seconds, "%.1f") << "</td><td>" << esc(r.detail) << "</td><td>" << esc(r.bound)
-      << "</td><td>" << esc(precision(r)) << "</td></tr>\n";
-  }
-  h << "</table>\n";
-  if (!goldens.empty()) {
-    h << "<h2>Goldens</h2>\n<table id=\"golden-table\"><tr><th>case</th><th>verdict</th><th>detail</th></tr>\n";
-    for (const auto* r : goldens)
-      h << "<tr><td>" << esc(r->name.substr(7)) << "</td><td class=\"" << verdict_word(r->status) << "\">"
-        << verdict_word(r->status) << "</td><td>" << (r->ok() ? esc(r->detail) : "<pre>" + esc(r->detail) + "</pre>")
-        << "</td></tr>\n";
-    h << "</table>\n";
-  }
-
-  // Bench.
-  h << "<h2>Benchmark</h2>\n";
-  if (in.bench.is_object() && in.bench.contains("rows")) {
-    h << "<table id=\"bench-table\"><tr><th>cache</th><th>batch</th><th>tokens</th><th>uncached tok/s</th><th>cached tok/s</th>"
-         "<th>speedup</th></tr>\n";
-    for (const auto& r : in.bench["rows"])
-      h << "<tr><td>" << esc(r.value("cache", std::string("?"))) << "</td><td class=\"num\">" << r.value("batch", 0)
-        << "</td><td class=\"num\">" << r.value("tokens", 0) << "</td><td class=\"num\">" << num(r.value("uncached_tok_s", 0.0), "%.0f")
-        << "</td><td class=\"num\">" << num(r.value("cached_tok_s", 0.0), "%.0f") << "</td><td class=\"num\">"
-        << num(r.value("speedup", 0.0), "%.1fx") << "</td></tr>\n";
-    h << "</table>\n" << bench_chart(in.bench);
-  } else {
-    h << "<p id=\"bench-missing\" class=\"note\">Not part of this run: <code>tinygpt bench --json B.json</code>, then "
-         "<code>--bench-json B.json</code> adds its table and chart here.</p>\n";
-  }
-
-  h << "<h2>Provenance</h2>\n<table id=\"provenance\">";
-  if (in.provenance.is_object())
-    for (const auto& [k, v] : in.provenance.items())
-      h << "<tr><th>" << esc(k) << "</th><td>" << esc(v.is_string() ? v.get<std::string>() : v.dump()) << "</td></tr>";
-  if (in.bench.is_object() && in.bench.contains("machine"))
-    for (const auto& [k, v] : in.bench["machine"].items())
-      h << "<tr><th>bench " << esc(k) << "</th><td>" << esc(v.is_string() ? v.get<std::string>() : v.dump()) << "</td></tr>";
-  h << "</table>\n</body></html>\n";
+  if (in.injection || in.single) h << drift_plots(in);
+  if (in.injection && !in.injection->faults.empty()) h << matrix_section(*in.injection);
+  h << checks_section(in.rows) << bench_section(in.bench) << provenance_section(in) << "</body></html>\n";
   return h.str();
 }
 
@@ -360,18 +363,17 @@ std::string render_markdown(const ReportInput& in) {
   if (!in.subject.empty()) m << in.subject << "\n\n";
   m << markdown_table(in.rows);
   if (in.injection && !in.injection->faults.empty()) {
-    const auto& inj = *in.injection;
-    const auto names = matrix_checks(inj);
-    m << "\n**Detection matrix**: mutation score " << inj.caught() << " of " << inj.faults.size()
-      << " faults caught (* = must be caught by this check)\n\n| fault | drift after (seed) |";
-    for (const auto& n : names) m << " " << n << " |";
+    const FaultMatrix fm = fault_matrix(*in.injection);
+    m << "\n**Detection matrix**: mutation score " << in.injection->caught() << " of " << in.injection->faults.size()
+      << " faults caught. " << kMatrixLegend << "\n\n| fault | drift after (seed) |";
+    for (const auto& n : fm.checks) m << " " << n << " |";
     m << "\n|---|---|";
-    for (size_t i = 0; i < names.size(); ++i) m << "---|";
+    for (size_t i = 0; i < fm.checks.size(); ++i) m << "---|";
     m << "\n";
-    for (const auto& f : inj.faults) {
-      const int64_t sd = seed_drift(f.fault);
-      m << "| " << f.fault << " | " << drift_text(f) << (sd >= 0 ? " (" + std::to_string(sd) + ")" : "") << " |";
-      for (const auto& n : names) m << " " << cell(f, n) << " |";
+    for (size_t i = 0; i < fm.faults.size(); ++i) {
+      const FaultOutcome& f = *fm.faults[i];
+      m << "| " << f.fault << " | " << drift_text(f) << (f.seed_drift ? " (" + std::to_string(*f.seed_drift) + ")" : "") << " |";
+      for (const auto& c : fm.cells[i]) m << " " << cell_symbol(c) << " |";
       m << "\n";
     }
   }

@@ -26,9 +26,6 @@ struct ReportInput {
   double tolerance = kLogitTolerance;
 };
 
-// The seed's token-drift figures (100 greedy tokens against the correct cached output).
-int64_t seed_drift(const std::string& fault);  // -1 when the seed gives none
-
 std::string render_html(const ReportInput& in);
 std::string render_markdown(const ReportInput& in);
 

@@ -25,6 +25,15 @@ void SamplingSettings::validate() const {
     throw std::invalid_argument("penalty must be a finite number > 0 (got " + std::to_string(penalty) + ")");
 }
 
+SamplingSettings SamplingSettings::every_stage() {
+  SamplingSettings s;
+  s.temperature = 0.8;
+  s.top_k = 40;
+  s.top_p = 0.9;
+  s.penalty = 1.3;
+  return s;
+}
+
 std::string SamplingSettings::to_string() const {
   std::ostringstream s;
   s << "temperature=" << temperature << " top_k=" << top_k << " top_p=" << top_p << " penalty=" << penalty;

@@ -510,7 +510,7 @@ std::vector<FixedCheck> fixed_checks() {
 
   // The three tie rules of SPEC 6, each a row of its own: an engine that breaks one fails that row,
   // named for what it does, and passes every other law (which leave ties open).
-  checks.push_back({"topKDrawsEveryTokenTiedWithTheKth",
+  checks.push_back({kTopKTieCheck,
                     "top-k keeps every token tied with the k-th: logits [1, 1, 1, 0], top_k 2, 3000 draws take all three of ids 0-2",
                     [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       const auto ids = draws(sut, dev, {1.0f, 1.0f, 1.0f, 0.0f}, {}, {1.0, 2, 1.0, 1.0}, 3000, 11);

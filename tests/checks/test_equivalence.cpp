@@ -3,14 +3,19 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/deviations.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/parallel_runs.h"
+#include "html_report.h"
 #include "tinygpt/checks/report.h"
 #include "tinygpt/ring_kv_cache.h"
 
@@ -48,8 +53,8 @@ class Harness : public ::testing::Test {
   EquivalenceOptions opts = options(at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 80);
 };
 
-const std::vector<std::string> kChecks = {"tokens",         "logits",  "window-reference", "reset",
-                                          "teacher-forced", "sampled", "long-prompt",      "batch"};
+// The default set, as the table derives it.
+const std::vector<std::string> kChecks = model_checks_with(static_cast<Tags>(Tag::Default));
 
 class EveryProductionCache : public Harness, public ::testing::WithParamInterface<std::string> {};
 
@@ -98,8 +103,9 @@ TEST_F(Harness, EveryFaultIsCaughtByShortenedFaultRuns) {
     EXPECT_TRUE(f.caught()) << f.fault << " was missed by every check";
     EXPECT_TRUE(f.missed_expected().empty()) << f.fault << " missed by " << f.missed_expected().front();
     for (const auto& k : f.checks)
-      if (k.name == "ragged" && k.status == Status::Pass)
+      if (k.name == "ragged" && k.status == Status::Pass) {
         EXPECT_NE(k.detail.find("in one batch, 8 steps"), std::string::npos) << f.fault << ": " << k.detail;
+      }
   }
   // The controls keep the full run: the shortest row 16 past the window.
   const std::string full = "in one batch, " + std::to_string(model->config().context - 3 + 16) + " steps";
@@ -472,17 +478,79 @@ TEST_F(Harness, BatchInvarianceFailsOnlyWhenRequired) {
 }
 
 // The check table: every check written once, named once; conform and equivalence run its rows.
-TEST(CheckTable, NamesAreUniqueAndTheModelChecksRunInOrder) {
+TEST(CheckTable, NamesAreUniqueAndEveryRowIsComplete) {
   const auto names = check_names();
   std::set<std::string> unique(names.begin(), names.end());
   EXPECT_EQ(unique.size(), names.size());
-  ASSERT_GE(model_checks().size(), kChecks.size());
-  for (size_t i = 0; i < kChecks.size(); ++i) EXPECT_EQ(model_checks()[i].name, kChecks[i]);
-  for (const auto& c : model_checks()) EXPECT_FALSE(c.proves.empty()) << c.name;
+  for (const auto& c : model_checks()) {
+    EXPECT_FALSE(c.proves.empty()) << c.name;
+    EXPECT_FALSE(c.catches.empty()) << c.name;
+    EXPECT_FALSE(c.is(Tag::Sampler)) << c.name;
+    EXPECT_EQ(&find_check(c.name), &c) << c.name;
+  }
   EXPECT_GT(sampler_checks().size(), 10u);
-  for (const auto& c : sampler_checks()) EXPECT_EQ(c.name.rfind("sampler/", 0), 0u) << c.name;
-  EXPECT_EQ(&find_check("batch"), &model_checks()[7]);
+  for (const auto& c : sampler_checks()) {
+    EXPECT_EQ(c.name.rfind(check::kSamplerPrefix, 0), 0u) << c.name;
+    EXPECT_TRUE(c.is(Tag::Sampler)) << c.name;
+    EXPECT_EQ(c.judge, Judge::Law) << c.name;
+  }
   EXPECT_THROW(find_check("nope"), std::invalid_argument);
+}
+
+// Every selection is the table's tags: the default set, what our own caches run, the serving faults'
+// runs, what conform runs on an engine's sampler.
+TEST(CheckTable, SelectionsAreDerivedFromTheTags) {
+  EXPECT_EQ(kChecks, (std::vector<std::string>{"tokens", "logits", "window-reference", "reset", "teacher-forced", "sampled",
+                                               "long-prompt", "batch"}));
+  const auto ours = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
+  EXPECT_EQ(ours.size() + 1, model_checks().size()) << "every row but self";
+  EXPECT_EQ(std::count(ours.begin(), ours.end(), "self"), 0);
+  EXPECT_EQ(row_operation_checks(), (std::vector<std::string>{"ragged", "join-leave", "fork", "rollback"}));
+  for (const auto& c : model_checks()) EXPECT_EQ(c.is(Tag::Serving) && c.op.empty(), c.name == "batch-sizes") << c.name;
+  const auto conformed = conform_selection({"sampler"});
+  for (const auto& n : conformed) EXPECT_FALSE(find_check(n).is(Tag::NeedsScores)) << n;
+  EXPECT_LT(conformed.size(), sampler_checks().size()) << "the laws that read filtered scores are left out";
+  EXPECT_THROW(conform_selection({"nope"}), std::invalid_argument);
+}
+
+// A deviation touches rows by how they are judged and their tags; a name the table lacks is refused.
+TEST(CheckTable, DeviationsTouchTheRowsTheirJudgesAndTagsSelect) {
+  const Deviation* gelu = find_deviation("gelu-tanh");
+  ASSERT_NE(gelu, nullptr);
+  EXPECT_EQ(gelu->touched(), (std::vector<std::string>{"logits", "window-reference", "teacher-forced", "sampled", "long-prompt",
+                                                         "batch", "self", "ragged", "join-leave", "fork", "rollback", "batch-sizes"}));
+  const Deviation* rope = find_deviation("rope-angle-recurrence");
+  ASSERT_NE(rope, nullptr);
+  EXPECT_EQ(rope->touched(), (std::vector<std::string>{"window-reference", "teacher-forced", "sampled", "long-prompt", "batch",
+                                                         "ragged", "join-leave", "fork", "rollback"}));
+  EXPECT_EQ(find_deviation("top-k-exact")->touched(), std::vector<std::string>{"sampler/topKDrawsEveryTokenTiedWithTheKth"});
+  Deviation bad = *gelu;
+  bad.checks = {"no-such-check"};
+  EXPECT_THROW(validate_deviation(bad), std::invalid_argument);
+  Deviation none;
+  none.name = "touches-nothing";
+  EXPECT_THROW(validate_deviation(none), std::invalid_argument);
+}
+
+// A fault naming a check the table does not have is refused when it is registered.
+TEST(CacheRegistry, AFaultNamingAnUnknownCheckIsRefused) {
+  CacheRegistry r;
+  CacheVariant v;
+  v.name = "planted-typo";
+  v.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
+  v.is_fault = true;
+  v.expected = {"window-refrence"};
+  try {
+    r.add(v);
+    FAIL() << "registered a fault expecting an unknown check";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("window-refrence"), std::string::npos) << e.what();
+  }
+  v.expected = {"window-reference"};
+  v.checks = {"rollbak"};
+  EXPECT_THROW(r.add(v), std::invalid_argument);
+  v.checks = {"rollback"};
+  EXPECT_NO_THROW(r.add(v));
 }
 
 // Inside a check, CheckFailure means "the target is wrong" (fail); anything else is an error.
@@ -490,10 +558,16 @@ TEST_F(Harness, ACheckFailsOnCheckFailureAndErrsOnAnythingElse) {
   ModelTarget target(model, cache_registry().get("rolling"));
   EquivalenceResult out;
   CheckContext ctx(model, opts, target, out);
-  const CheckResult fail = run_check({"planted-fail", "", [](CheckContext&, CheckResult&) { throw CheckFailure("wrong shape"); }}, ctx);
+  auto row = [](std::string name, std::function<void(CheckContext&, CheckResult&)> run) {
+    CheckDef d;
+    d.name = std::move(name);
+    d.run = std::move(run);
+    return d;
+  };
+  const CheckResult fail = run_check(row("planted-fail", [](CheckContext&, CheckResult&) { throw CheckFailure("wrong shape"); }), ctx);
   EXPECT_EQ(fail.status, Status::Fail);
   EXPECT_EQ(fail.detail, "wrong shape");
-  const CheckResult err = run_check({"planted-error", "", [](CheckContext&, CheckResult&) { throw std::runtime_error("gone\nbacktrace"); }}, ctx);
+  const CheckResult err = run_check(row("planted-error", [](CheckContext&, CheckResult&) { throw std::runtime_error("gone\nbacktrace"); }), ctx);
   EXPECT_EQ(err.status, Status::Error);
   EXPECT_EQ(err.detail, "error: gone") << "the first line only";
   EXPECT_FALSE(err.ok());
@@ -545,6 +619,75 @@ TEST(CacheRegistry, UnknownNameListsTheKnownOnes) {
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("rope-offset"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace tinygpt::checks
+
+namespace tinygpt::checks {
+namespace {
+
+// One matrix model, one vocabulary: the console, JSON, Markdown and HTML views print the same symbol
+// for every cell. The faults chosen give every kind of cell: caught (and caught*), missed, error
+// (a fault that throws) and not run (a serving fault runs only the row-operation checks).
+TEST_F(Harness, TheFaultMatrixPrintsTheSameSymbolsInEveryView) {
+  CacheVariant throws;
+  throws.name = "planted-throws";
+  throws.description = "throws on the first decode step";
+  throws.make_cache = [](const Config& c) { return std::make_unique<ThrowsOnDecode>(c); };
+  throws.is_fault = true;
+  throws.expected = {check::kLogits};
+  InjectionOptions io;
+  io.drift_tokens = 20;
+  io.fault_tokens = 40;
+  io.fault_side_tokens = 8;
+  io.controls = {&cache_registry().get("static")};
+  io.control_checks = {check::kTokens};
+  const auto rep = run_injection(model, opts, {&cache_registry().get("rope-offset"), &cache_registry().get("joined-row-at-batch-position"), &throws}, io);
+  const FaultMatrix m = fault_matrix(rep);
+  std::set<std::string> kinds;
+  for (const auto& row : m.cells)
+    for (const auto& c : row) kinds.insert(cell_symbol(c));
+  for (const char* k : {"caught*", "caught", "missed", "ERROR*", "error", "not run"}) EXPECT_TRUE(kinds.count(k)) << k;
+
+  const std::string console = format_injection(rep);
+  const nlohmann::json json = to_json(rep);
+  ReportInput in;
+  in.command = "inject";
+  in.injection = &rep;
+  in.context = model->config().context;
+  const std::string md = render_markdown(in), html = render_html(in);
+  ASSERT_EQ(json["matrix"]["checks"].get<std::vector<std::string>>(), m.checks);
+  for (size_t i = 0; i < m.faults.size(); ++i) {
+    SCOPED_TRACE(m.faults[i]->fault);
+    std::string md_row;
+    for (size_t k = 0; k < m.checks.size(); ++k) {
+      const std::string sym = cell_symbol(m.cells[i][k]);
+      EXPECT_EQ(json["matrix"]["rows"][i]["cells"][k], sym);
+      md_row += " " + sym + " |";
+    }
+    // Console: each symbol starts in its check's column (columns fit their longest entry).
+    const std::string header = console.substr(0, console.find('\n'));
+    const size_t at = console.find("\n" + m.faults[i]->fault + " ");
+    ASSERT_NE(at, std::string::npos) << console;
+    const std::string line = console.substr(at + 1, console.find('\n', at + 1) - at - 1);
+    size_t col = m.faults[i]->fault.size();
+    for (size_t k = 0; k < m.checks.size(); ++k) {
+      col = header.find(" " + m.checks[k] + " ", col) + 1;
+      ASSERT_NE(col, std::string::npos + 1) << header;
+      EXPECT_EQ(line.substr(col, cell_symbol(m.cells[i][k]).size()), cell_symbol(m.cells[i][k])) << header << "\n" << line;
+      EXPECT_EQ(line[col - 1], ' ') << line;
+    }
+    EXPECT_NE(md.find(md_row), std::string::npos) << md;
+    size_t pos = html.find("<td>" + m.faults[i]->fault + "</td>");
+    ASSERT_NE(pos, std::string::npos);
+    for (size_t k = 0; k < m.checks.size(); ++k) {
+      pos = html.find("\">" + cell_symbol(m.cells[i][k]) + "</td>", pos);
+      EXPECT_NE(pos, std::string::npos) << "cell " << k;
+    }
+  }
+  // The legend is in every human view.
+  for (const std::string* view : {&console, &md, &html}) EXPECT_NE(view->find("not run: not part of the fault's run"), std::string::npos);
 }
 
 }  // namespace

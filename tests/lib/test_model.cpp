@@ -66,8 +66,9 @@ TEST(Model, InitialisationFollowsTheSeries) {
   auto sa = again->state_dict(), so = other->state_dict();
   for (size_t i = 0; i < sd.size(); ++i) {
     EXPECT_TRUE(sa[i].second.equal(sd[i].second)) << sd[i].first;
-    if (sd[i].first.find("weight") != std::string::npos && sd[i].first.find("norm") == std::string::npos)
+    if (sd[i].first.find("weight") != std::string::npos && sd[i].first.find("norm") == std::string::npos) {
       EXPECT_FALSE(so[i].second.equal(sd[i].second)) << sd[i].first;
+    }
   }
 }
 
@@ -96,7 +97,9 @@ TEST(Model, ForwardLastIsForwardsLastRow) {
     const at::Tensor last = model->forward_last(idx);                 // (2, V)
     ASSERT_EQ(last.sizes(), (std::vector<int64_t>{2, 4096}));
     EXPECT_LT((last - full.select(1, T - 1)).abs().max().item<double>(), 1e-6) << T;
-    if (T > 1) EXPECT_GT((last - full.select(1, T - 2)).abs().max().item<double>(), 1e-2) << T;
+    if (T > 1) {
+      EXPECT_GT((last - full.select(1, T - 2)).abs().max().item<double>(), 1e-2) << T;
+    }
   }
   EXPECT_THROW(model->forward_last(at::zeros({1, 257}, at::kLong)), std::invalid_argument);
   EXPECT_THROW(model->forward_last(at::tensor({1, 4096}, at::kLong).unsqueeze(0)), std::invalid_argument);

@@ -26,6 +26,25 @@ bool selected(const std::vector<std::string>& groups, const std::string& g) {
   return false;
 }
 
+// The row of one declared deviation: what it relaxes (derived from the check table), or that this
+// suite does not know it.
+CheckResult declared_row(const std::string& name) {
+  CheckResult row;
+  row.name = "declared: " + name;
+  row.status = Status::Skipped;
+  const Deviation* d = find_deviation(name);
+  if (!d) {
+    row.detail = "unknown to this suite: no check relaxed (known: " + deviation_names() + ")";
+    return row;
+  }
+  std::string touched;
+  for (const auto& c : d->touched()) touched += (touched.empty() ? "" : ", ") + c;
+  row.detail = d->what + "; " +
+               (d->tolerance ? "judges " + touched + " at max |diff| <= " + sci(*d->tolerance) : "reports " + touched + " as declared where it fails") +
+               (d->self_tolerance ? ", self at " + sci(*d->self_tolerance) : std::string()) + " (" + d->evidence + ")";
+  return row;
+}
+
 // A private folder for the weights in the engine's format, removed on every exit path.
 struct TempDir {
   std::string path;
@@ -46,18 +65,14 @@ std::vector<std::string> conform_selection(const std::vector<std::string>& group
     if (g == "all" || g == "sampler") continue;
     bool known = false;
     for (const auto& c : model_checks()) known |= c.name == g;
-    if (!known) {
-      std::string names = "all, sampler";
-      for (const auto& c : model_checks()) names += ", " + c.name;
-      throw std::invalid_argument("--checks: unknown group '" + g + "' (known: " + names + ")");
-    }
+    if (!known) throw std::invalid_argument("--checks: unknown group '" + g + "' (known: all, sampler, " + model_check_list() + ")");
   }
   std::vector<std::string> out;
   for (const auto& c : model_checks())
     if (selected(groups, c.name)) out.push_back(c.name);
   if (selected(groups, "sampler"))  // an engine shows its sampler through draws only
     for (const auto& c : sampler_checks())
-      if (!c.needs_scores) out.push_back(c.name);
+      if (!c.is(Tag::NeedsScores)) out.push_back(c.name);
   return out;
 }
 
@@ -121,6 +136,72 @@ GPT& LoadedEngine::model() { return impl_->model; }
 EngineProcess& LoadedEngine::process() { return *impl_->proc; }
 nlohmann::json LoadedEngine::call(const nlohmann::json& request) { return impl_->proc->call(request); }
 
+namespace {
+
+// The options every row of a conform run reads: the main prompt, the tokens the engine may be
+// driven (inside the window only with --no-past-window), the bounds.
+EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cfg) {
+  EquivalenceOptions eo;
+  eo.prompt = main_prompt();
+  const int64_t inside_steps = cfg.context - eo.prompt.size(1) + 1;
+  eo.tokens = o.no_past_window ? std::min(o.tokens, inside_steps) : o.tokens;
+  eo.past_window = !o.no_past_window;
+  eo.tolerance = o.tolerance;
+  eo.self_stride = o.self_stride;
+  eo.require_batch_invariance = o.require_batch_invariance;
+  // The batch check's rows: prompts this many ids apart (the stride engines have been checked with).
+  constexpr int64_t kEngineBatchStride = 11;
+  eo.batch_stride = kEngineBatchStride;
+  validate(eo);
+  return eo;
+}
+
+// The figures of the model rows, for plots: one greedy run from the main prompt.
+EquivalenceResult conform_figures(const EquivalenceOptions& eo, const Config& cfg, const std::string& target) {
+  EquivalenceResult r;
+  r.cache = target;
+  r.prompt_len = eo.prompt.size(1);
+  r.tokens = eo.tokens;
+  r.batch = 1;
+  r.context = cfg.context;
+  r.sequence_length = r.prompt_len + eo.tokens;
+  r.must_match = std::max<int64_t>(0, std::min(cfg.context - r.prompt_len, eo.tokens));
+  r.tolerance = eo.tolerance.logits;
+  return r;
+}
+
+// Runs the selected rows on the engine in table order. An engine without a sampler gets one row
+// saying so, not one per sampler row; once the engine cannot be talked to, the rest are errors.
+void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTarget& target, ConformReport& rep,
+              const std::function<void(const std::string&)>& say) {
+  bool said_no_sampler = false;
+  for (const auto& name : names) {
+    const CheckDef& def = find_check(name);
+    if (!target.sampler() && def.is(Tag::Sampler)) {
+      if (!said_no_sampler) {
+        CheckResult row;
+        row.name = "sampler";
+        row.status = Status::Skipped;
+        row.detail = "skipped: the engine has no sampler (its hello says \"sampler\": false)";
+        rep.rows.push_back(row);
+        said_no_sampler = true;
+      }
+      continue;
+    }
+    if (rep.fatal) {
+      rep.rows.push_back(error_result(name, "not run: the engine could not be run"));
+      continue;
+    }
+    say(name + " ...");
+    CheckResult row = run_check(def, ctx);
+    if (target.unusable()) rep.fatal = *target.unusable();
+    if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
+    rep.rows.push_back(row);
+  }
+}
+
+}  // namespace
+
 ConformReport run_conform(const ConformOptions& o) {
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
@@ -133,112 +214,21 @@ ConformReport run_conform(const ConformOptions& o) {
   rep.checkpoint = engine.checkpoint();
   rep.engine_name = engine.name();
   rep.format = engine.format();
+  rep.protocol = engine.protocol();
   GPT& model = engine.model();
   const Config& cfg = model->config();
   EngineProcess& proc = engine.process();
-  const json& hello = engine.hello();
-
-  RemoteTarget target(proc, hello, cfg.vocab_size, cfg.context);
-  rep.protocol = engine.protocol();
+  RemoteTarget target(proc, engine.hello(), cfg.vocab_size, cfg.context);
   rep.deviations = target.deviations();
-  EquivalenceOptions eo;
-  eo.prompt = at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0);
-  const int64_t inside_steps = cfg.context - eo.prompt.size(1) + 1;
-  eo.tokens = o.no_past_window ? std::min(o.tokens, inside_steps) : o.tokens;
-  eo.past_window = !o.no_past_window;
-  eo.tolerance = o.tolerance;
-  eo.self_stride = o.self_stride;
-  eo.require_batch_invariance = o.require_batch_invariance;
-  // The batch check's rows: prompts 11 ids apart, as protocol-1 engines have always been checked.
-  eo.batch_stride = 11;
-  validate(eo);
+  const EquivalenceOptions eo = conform_run_options(o, cfg);
 
   // Declared deviations: a row each, saying what it relaxes; the rows they touch are judged by the
-  // deviation's bound and say so.
-  std::vector<const Deviation*> declared;
-  for (const auto& name : rep.deviations) {
-    CheckResult row;
-    row.name = "declared: " + name;
-    row.status = Status::Skipped;
-    if (const Deviation* d = find_deviation(name)) {
-      declared.push_back(d);
-      std::string touched;
-      for (const auto& c : d->checks) touched += (touched.empty() ? "" : ", ") + c;
-      row.detail = d->what + "; " + (d->tolerance ? "judges " + touched + " at max |diff| <= " + sci(*d->tolerance)
-                                                  : "reports " + touched + " as declared where it fails") +
-                   (d->self_tolerance ? ", self at " + sci(*d->self_tolerance) : std::string()) + " (" + d->evidence + ")";
-    } else {
-      row.detail = "unknown to this suite: no check relaxed (known: gelu-tanh, rope-angle-recurrence, top-k-exact)";
-    }
-    rep.rows.push_back(row);
-  }
-  auto touching = [&](const std::string& check) {
-    std::vector<const Deviation*> out;
-    for (const Deviation* d : declared)
-      if (std::find(d->checks.begin(), d->checks.end(), check) != d->checks.end()) out.push_back(d);
-    return out;
-  };
-  const double logits_tolerance = eo.tolerance.logits, self_tolerance = eo.tolerance.self;
-
-  EquivalenceResult& r = rep.model;
-  r = EquivalenceResult{};
-  r.cache = target.name();
-  r.prompt_len = eo.prompt.size(1);
-  r.tokens = eo.tokens;
-  r.batch = 1;
-  r.context = cfg.context;
-  r.sequence_length = r.prompt_len + eo.tokens;
-  r.must_match = std::max<int64_t>(0, std::min(cfg.context - r.prompt_len, eo.tokens));
-  r.tolerance = eo.tolerance.logits;
-  CheckContext ctx(model, eo, target, r);
-  bool said_no_sampler = false;
-  for (const auto& name : names) {
-    // An engine without a sampler gets one row saying so, not one per sampler check.
-    if (!target.sampler() && name.rfind("sampler/", 0) == 0) {
-      if (!said_no_sampler) {
-        CheckResult row;
-        row.name = "sampler";
-        row.status = Status::Skipped;
-        row.detail = "skipped: the engine has no sampler (its hello says \"sampler\": false)";
-        rep.rows.push_back(row);
-        said_no_sampler = true;
-      }
-      continue;
-    }
-    const CheckDef& def = find_check(name);
-    if (rep.fatal) {
-      rep.rows.push_back(error_result(name, "not run: the engine could not be run"));
-      continue;
-    }
-    say(name + " ...");
-    const auto devs = touching(name);
-    eo.tolerance.logits = logits_tolerance;
-    eo.tolerance.self = self_tolerance;
-    for (const Deviation* d : devs) {
-      if (d->tolerance) eo.tolerance.logits = std::max(eo.tolerance.logits, *d->tolerance);
-      if (d->self_tolerance) eo.tolerance.self = std::max(eo.tolerance.self, *d->self_tolerance);
-    }
-    const double bound = name == "self" ? eo.tolerance.self : eo.tolerance.logits;
-    CheckResult row = run_check(def, ctx);
-    if (target.unusable()) rep.fatal = *target.unusable();
-    std::string relaxing;  // the declared deviations that set this row's bound
-    for (const Deviation* d : devs) {
-      row.bound += (row.bound.empty() ? "" : "; ") + std::string("declared ") + d->name;
-      const bool relaxes = name == "self" ? d->self_tolerance.has_value() : d->tolerance.has_value();
-      if (relaxes) {
-        relaxing += (relaxing.empty() ? "" : ", ") + d->name;
-      } else if (row.status == Status::Fail) {
-        row.status = Status::Skipped;
-        row.detail = "declared: " + d->name + ": " + row.detail;
-      }
-    }
-    if (!relaxing.empty()) row.detail = "declared " + relaxing + ", judged at " + sci(bound) + ": " + row.detail;
-    if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
-    rep.rows.push_back(row);
-  }
-  eo.tolerance.logits = logits_tolerance;
-  eo.tolerance.self = self_tolerance;
-  r.checks = rep.rows;
+  // deviation's bound and say so (run_check).
+  for (const auto& name : rep.deviations) rep.rows.push_back(declared_row(name));
+  rep.model = conform_figures(eo, cfg, target.name());
+  CheckContext ctx(model, eo, target, rep.model);
+  run_rows(names, ctx, target, rep, say);
+  rep.model.checks = rep.rows;
   if (!rep.fatal && !proc.quit()) {
     CheckResult q;
     q.name = "quit";

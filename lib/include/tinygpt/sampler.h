@@ -26,6 +26,9 @@ struct SamplingSettings {
   // Throws std::invalid_argument naming the bad setting.
   void validate() const;
   std::string to_string() const;
+  // Every stage active at once: temperature 0.8, top-k 40, top-p 0.9, penalty 1.3 (the golden grid's
+  // last row; the harness's sampled run).
+  static SamplingSettings every_stage();
 };
 
 // Checks logits (B, V) floating with no NaN/+inf and at least one finite score per row, and

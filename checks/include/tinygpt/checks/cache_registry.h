@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,8 @@ struct CacheVariant {
   // The checks its run of the fault matrix makes: empty, the default set. A serving fault runs the
   // serving checks (the default ones never drive rows apart).
   std::vector<std::string> checks;
+  // For a fault the seed itself plants: the drift (identical greedy tokens) the seed reports for it.
+  std::optional<int64_t> seed_drift;
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;
@@ -56,8 +59,9 @@ struct CacheVariant {
 
 class CacheRegistry {
  public:
-  // Throws std::invalid_argument on an empty or duplicate name, a missing factory, or a step
-  // implementation combined with an attention policy (a fast step implements the production one).
+  // Throws std::invalid_argument on an empty or duplicate name, a missing factory, a step
+  // implementation combined with an attention policy (a fast step implements the production one), or
+  // a fault naming a check (expected or run) that the check table does not have.
   void add(CacheVariant v);
   // Throws std::invalid_argument listing the known names when `name` is unknown.
   const CacheVariant& get(const std::string& name) const;
@@ -69,6 +73,9 @@ class CacheRegistry {
   mutable std::mutex mu_;
   std::vector<std::unique_ptr<const CacheVariant>> variants_;  // stable addresses
 };
+
+// The series' own cache, the one the golden files are recorded through.
+inline constexpr const char kSeriesCache[] = "rolling";
 
 // The process-wide registry: "rolling" (the series' cache and arithmetic), "static" (the
 // preallocated cache with the decode kernels), "cuda-graph" (a ring whose decode steps replay a CUDA

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tinygpt/checks/check_names.h"
 #include "tinygpt/checks/reference.h"
 #include "tinygpt/checks/result.h"
 #include "tinygpt/checks/target.h"
@@ -40,7 +41,7 @@ struct EquivalenceOptions {
   int64_t batch_tokens = 0;
   int64_t batch_stride = 1;  // row b = the prompt + b x stride (mod V)
   // The sampled check: a seeded run with every sampler stage active (0 tokens: as batch_tokens).
-  SamplingSettings sampling{0.8, 40, 0.9, 1.3};
+  SamplingSettings sampling = SamplingSettings::every_stage();
   uint64_t sampling_seed = 1;
   int64_t sampled_tokens = 0;
   // The long-prompt check: a prompt of context + long_extra ids (fixed pseudo-random), then
@@ -80,6 +81,7 @@ struct EquivalenceResult {
   double tolerance = kLogitTolerance;
   at::Tensor produced;     // (B, T0 + tokens) the target's greedy output
   std::vector<CheckResult> checks;
+  bool main_attempted = false;  // a check asked for the target's main greedy run (drift can be measured)
   bool passed() const { return all_ok(checks); }
   const CheckResult* check(const std::string& name) const;
 };
@@ -93,21 +95,74 @@ struct CheckFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Row tags: which sets a check belongs to. Every selection of checks is derived from them.
+enum class Tag : unsigned {
+  Default = 1u << 0,       // the default set: `tinygpt equivalence`, each fault's run, the kit's cases
+  Serving = 1u << 1,       // what serving engines do to a cache (rows joining, forking, rolling back, batch sizes)
+  PastWindow = 1u << 2,    // drives the target past the context when the run is long enough
+  OnlyPastWindow = 1u << 3,  // proves nothing inside the window: skipped, saying so, with --no-past-window
+  NeedsScores = 1u << 4,   // reads a sampler's filtered scores: never run on an engine seen through `sample`
+  EngineOnly = 1u << 5,    // for targets that are not our model: our own caches' runs leave it out
+  Sampler = 1u << 6,       // a row of the sampler table
+};
+using Tags = unsigned;
+constexpr Tags operator|(Tag a, Tag b) { return static_cast<Tags>(a) | static_cast<Tags>(b); }
+constexpr Tags operator|(Tags a, Tag b) { return a | static_cast<Tags>(b); }
+constexpr bool has(Tags tags, Tag t) { return (tags & static_cast<Tags>(t)) != 0; }
+// "default, past-window": the tags' names, for listings.
+std::string tag_names(Tags tags);
+
+// How a row is judged: which bound applies, and so which declared deviations may relax it.
+enum class Judge {
+  Tokens,      // greedy ids identical to the uncached run's (no logit bound)
+  Reference,   // logits against our reference model: max |diff| <= the tolerance, or --max-kl / --min-top1
+  Self,        // the target's cached steps against its own prefill: max |diff| <= the self tolerance
+  Repeat,      // the target against its own earlier run of the same input: max |diff| <= the tolerance
+  Invariance,  // a row in a batch against the same row alone on the target: max |diff| <= the tolerance
+  Law,         // a sampler law or fixed check: its formula holds
+};
+// "reference tolerance", "self tolerance", ...: what judges a row of this kind.
+std::string judge_text(Judge j);
+
+// What a row costs beyond the references every row shares.
+enum class Cost {
+  Shared,  // reads the target's main greedy run (made once for every row that needs it)
+  Run,     // one run of its own: tens to hundreds of steps
+  Runs,    // many runs: a prefill per step, or a run per batch size
+  Law,     // a property: RapidCheck's cases through the sampler
+};
+const char* cost_name(Cost c);
+
 struct CheckDef {
-  std::string name;    // unique; reports, --checks and the fault table use it
+  std::string name;    // unique; reports, --checks and the fault table use it (check_names.h)
   std::string proves;  // one line: what a pass means
   std::function<void(CheckContext&, CheckResult&)> run;
-  // In the default set (`tinygpt equivalence`, the fault matrix, verify, the kit); conform runs all.
-  bool in_default = true;
-  // Reads a sampler's filtered scores, not only its draws: never run on an engine seen through `sample`.
-  bool needs_scores = false;
+  Tags tags = 0;
+  Judge judge = Judge::Reference;
+  // The serving operation the row drives (ragged, join, fork, truncate; DecodeTarget::serving_unsupported):
+  // the row is skipped, saying why, on a target without it. Empty: none.
+  std::string op;
+  Cost cost = Cost::Run;
+  std::string catches;  // one line: the bugs a failure points to, for the docs and `tinygpt checks`
+  bool is(Tag t) const { return has(tags, t); }
 };
+
+// The bounds in force for one row, after any declared deviation relaxed them.
+struct RowBound {
+  Tolerances tol;
+  std::vector<std::string> relaxed_by;   // deviations that set a wider bound for this row
+  std::vector<std::string> declared_by;  // deviations that touch this row but give it no bound
+};
+
+struct Deviation;
 
 // Everything a check may read, and the figures it may leave. The reference and the target's main
 // greedy run are made once, by the first check that needs them.
 class CheckContext {
  public:
   // `shared`, when given, is build_reference(model, opts) made by the caller for several targets.
+  // The target's declared deviations (DecodeTarget::deviations) that this suite knows relax the
+  // bounds of the rows they touch (deviations.h).
   CheckContext(GPT& model, const EquivalenceOptions& opts, DecodeTarget& target, EquivalenceResult& out,
                const Reference* shared = nullptr);
   GPT& model;
@@ -118,22 +173,32 @@ class CheckContext {
   const Reference& ref();
   // The target's greedy run from opts.prompt, opts.tokens long. Throws when it could not be made
   // (the first check that asked for it carries the reason; later ones say "see <that check>").
-  const Generation& main(const std::string& asking_check);
+  const Generation& main();
   // The references over the main run's own sequence (the shared ones when it equals the uncached run).
   const StepReference& main_reference();
   bool have_main() const { return main_.has_value(); }
 
+  // The row being run and the bounds it is judged by (set by run_check).
+  const CheckDef& row() const;
+  const Tolerances& tol() const { return bound_.tol; }
+  // The bounds `def` is judged by here: opts.tolerance, relaxed by the declared deviations touching it.
+  RowBound bound_for(const CheckDef& def) const;
+  const std::vector<const Deviation*>& declared() const { return declared_; }
+
  private:
+  friend CheckResult run_check(const CheckDef& def, CheckContext& ctx);
   const Reference* shared_;
   std::optional<Reference> own_ref_;
   std::optional<Generation> main_;
   std::optional<std::string> main_error_;  // the check whose run failed
   std::optional<StepReference> main_ref_;
+  const CheckDef* row_ = nullptr;
+  RowBound bound_;
+  std::vector<const Deviation*> declared_;
 };
 
-// The model checks, in the order they run: tokens, logits, window-reference, reset, teacher-forced,
-// sampled, long-prompt, batch (the default set), then self, and the serving checks: ragged,
-// join-leave, fork, rollback, batch-sizes.
+// The model checks, in the order they run: the default set first, then self, then the serving
+// checks (check_table.cpp).
 const std::vector<CheckDef>& model_checks();
 // The sampler checks through the target's `pick`: sampler/<law> for every law that holds for a
 // sampler seen through its draws, and sampler/<fixed check>.
@@ -142,6 +207,12 @@ const std::vector<CheckDef>& sampler_checks();
 std::vector<std::string> check_names();
 // The row of `name` in either table; std::invalid_argument listing the names when unknown.
 const CheckDef& find_check(const std::string& name);
+// The names of the model checks whose tags include every tag of `all` and none of `none`, in order.
+std::vector<std::string> model_checks_with(Tags all, Tags none = 0);
+// The names of the model checks that drive a serving operation (CheckDef::op), in order.
+std::vector<std::string> row_operation_checks();
+// "tokens, logits, ...": the model check names for an option's --help, with what the default runs.
+std::string model_check_list();
 
 // Throws std::invalid_argument naming the first bad option.
 void validate(const EquivalenceOptions& opts);
@@ -155,7 +226,9 @@ EquivalenceResult run_checks(GPT& model, const EquivalenceOptions& opts, DecodeT
 // the fault matrix.
 EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, const Reference& ref,
                                     const CacheVariant& variant);
-// Runs one check guarded: an exception becomes an error row.
+// Runs one check guarded: an exception becomes an error row. Skips a row whose operation the target
+// lacks or that only shows past the window when the run stays inside it; applies the row's bound
+// (CheckContext::bound_for) and says in the row which declared deviation set it.
 CheckResult run_check(const CheckDef& def, CheckContext& ctx);
 
 // Console lines for one target's run (the seed's two lines first) and one line per check.

@@ -27,6 +27,7 @@ struct FaultOutcome {
   double worst_logit_diff = 0;
   std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
   bool drift_measured = true;                    // false when its run made no greedy main run
+  std::optional<int64_t> seed_drift;             // the seed's own figure for this fault, where it reports one
   bool ran(const std::string& check) const;      // the check was part of its run
   bool caught() const;                           // some check failed on it
   bool caught_by(const std::string& check) const;  // that check's status is fail
@@ -44,6 +45,25 @@ struct InjectionReport {
   bool faults_passed() const;  // every fault caught, each by every check it expects
   bool passed() const;         // and the controls pass
 };
+
+// One cell of the fault matrix: what a check did in a fault's run, and whether the fault names that
+// check as one that must catch it. Every view (console, JSON, Markdown, HTML) prints the same model
+// with the same symbols (cell_symbol).
+struct MatrixCell {
+  enum Kind { Caught, Missed, Error, NotRun } kind = NotRun;
+  bool expected = false;
+};
+struct FaultMatrix {
+  std::vector<std::string> checks;              // the columns: every check any fault's run made, in table order
+  std::vector<const FaultOutcome*> faults;      // the rows
+  std::vector<std::vector<MatrixCell>> cells;   // [fault][check]
+};
+FaultMatrix fault_matrix(const InjectionReport& r);
+// "caught*" (caught by a check it must be caught by), "caught", "MISSED*" (a check it must be caught
+// by did not catch it), "missed", "error" / "ERROR*" (the check could not finish: never a catch), "not run".
+std::string cell_symbol(const MatrixCell& c);
+// The legend every view prints with the matrix.
+extern const char* const kMatrixLegend;
 
 struct InjectionOptions {
   int64_t drift_tokens = 100;  // the seed's drift measure

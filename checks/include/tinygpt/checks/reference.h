@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <optional>
@@ -31,6 +32,10 @@ constexpr const char* kLogitToleranceReason =
 constexpr double kSelfTolerance = 1e-4;
 constexpr const char* kSelfToleranceReason =
     "the target against its own prefill: the same arithmetic in other shapes, fp32 noise only (~1e-5)";
+
+// The prompt of every main run: ids [1, 2, 3], (1, 3) int64 on `device`. The goldens record their
+// greedy runs from it, so verify's reference is also theirs; the seed's "first 253 tokens" is context - 3.
+at::Tensor main_prompt(c10::Device device = c10::Device(c10::kCPU));
 
 // Logits a reference model computes for the steps of one run, no cache involved.
 struct StepReference {

@@ -32,6 +32,8 @@ struct FixedCheck {
   std::function<std::string(const SamplerUnderTest&, c10::Device)> run;
 };
 std::vector<FixedCheck> fixed_checks();
+// The fixed check of SPEC 6's top-k tie rule (an engine that keeps exactly k declares it broken).
+inline constexpr const char kTopKTieCheck[] = "topKDrawsEveryTokenTiedWithTheKth";
 
 // Upper critical value of chi-square with `df` degrees of freedom at false-alarm rate `alpha`
 // (Wilson-Hilferty approximation; alpha in {1e-2, 1e-3, 1e-4}).

@@ -52,34 +52,57 @@ const props::SamplerUnderTest* sampler_or_skip(CheckContext& c, CheckResult& r) 
   return s;
 }
 
+// A row per law: its name after the law, judged by its formula. A law that reads filtered scores is
+// skipped on a target that shows only its draws.
+CheckDef law_row(const props::Law& law) {
+  CheckDef def;
+  def.name = check::kSamplerPrefix + law.name;
+  def.proves = law.formula;
+  def.tags = law.pick_only ? static_cast<Tags>(Tag::Sampler) : Tag::Sampler | Tag::NeedsScores;
+  def.judge = Judge::Law;
+  def.cost = Cost::Law;
+  def.catches = "a sampler that breaks the law (RapidCheck shrinks it to a small counterexample)";
+  def.run = [law](CheckContext& c, CheckResult& r) {
+    const props::SamplerUnderTest* s = sampler_or_skip(c, r);
+    if (!s) return;
+    if (!law.pick_only && !s->filtered) {
+      r.status = Status::Skipped;
+      r.detail = "skipped: the law reads filtered scores, and the target shows only its draws";
+      return;
+    }
+    r.bound = law.formula;
+    const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
+    r.status = run_property(law.name, [&] { law.body(*s, dev); }, r.detail) ? Status::Pass : Status::Fail;
+  };
+  return def;
+}
+
+// A row per fixed check: the seed's examples, SPEC 6's tie rules, each stage's direction, the
+// chi-square test; each through draws only.
+CheckDef fixed_row(const props::FixedCheck& check) {
+  CheckDef def;
+  def.name = check::kSamplerPrefix + check.name;
+  def.proves = check.formula;
+  def.tags = static_cast<Tags>(Tag::Sampler);
+  def.judge = Judge::Law;
+  def.cost = Cost::Law;
+  def.catches = "a sampler that breaks this fixed case of SPEC 6";
+  def.run = [check](CheckContext& c, CheckResult& r) {
+    const props::SamplerUnderTest* s = sampler_or_skip(c, r);
+    if (!s) return;
+    r.bound = check.formula;
+    const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
+    const std::string why = check.run(*s, dev);
+    r.status = why.empty() ? Status::Pass : Status::Fail;
+    r.detail = why.empty() ? check.formula : why;
+  };
+  return def;
+}
+
 std::vector<CheckDef> make_table() {
   std::vector<CheckDef> table;
-  for (const auto& law : props::generated_laws()) {
-    table.push_back({"sampler/" + law.name, law.formula, [law](CheckContext& c, CheckResult& r) {
-                       const props::SamplerUnderTest* s = sampler_or_skip(c, r);
-                       if (!s) return;
-                       if (!law.pick_only && !s->filtered) {
-                         r.status = Status::Skipped;
-                         r.detail = "skipped: the law reads filtered scores, and the target shows only its draws";
-                         return;
-                       }
-                       r.bound = law.formula;
-                       const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
-                       r.status = run_property(law.name, [&] { law.body(*s, dev); }, r.detail) ? Status::Pass : Status::Fail;
-                     }});
-    table.back().needs_scores = !law.pick_only;
-  }
-  for (const auto& check : props::fixed_checks()) {
-    table.push_back({"sampler/" + check.name, check.formula, [check](CheckContext& c, CheckResult& r) {
-                       const props::SamplerUnderTest* s = sampler_or_skip(c, r);
-                       if (!s) return;
-                       r.bound = check.formula;
-                       const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
-                       const std::string why = check.run(*s, dev);
-                       r.status = why.empty() ? Status::Pass : Status::Fail;
-                       r.detail = why.empty() ? check.formula : why;
-                     }});
-  }
+  for (const auto& law : props::generated_laws()) table.push_back(law_row(law));
+  for (const auto& check : props::fixed_checks()) table.push_back(fixed_row(check));
   return table;
 }
 

@@ -1,5 +1,5 @@
 // The model checks of the check table: a target's logits and tokens against our reference model
-// (SPEC 3, 4). Each is one function over the CheckContext; the table at the bottom names them.
+// (SPEC 3, 4). Each is one function over the CheckContext; check_table.cpp names them.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "model_checks.h"
+#include "rows.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/generate.h"
 
@@ -86,12 +86,9 @@ StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logit
   return band;
 }
 
-namespace {
-
-
 // 1. The target's greedy tokens against the uncached run: the first context - T0 must match (SPEC 4).
 void tokens_check(CheckContext& c, CheckResult& r) {
-  const Generation& main = c.main("tokens");
+  const Generation& main = c.main();
   const Reference& ref = c.ref();
   EquivalenceResult& o = c.out;
   const int64_t T0 = c.opts.prompt.size(1);
@@ -113,48 +110,39 @@ void tokens_check(CheckContext& c, CheckResult& r) {
 
 // 2. The main run's own logits against the full forward, inside the window.
 void logits_check(CheckContext& c, CheckResult& r) {
-  const Generation& main = c.main("logits");
+  const Generation& main = c.main();
   const StepReference& s = c.main_reference();
   const int64_t T0 = c.opts.prompt.size(1);
-  c.out.loop_full = compare_steps(main.logits, s.full, T0 - 1, c.opts.tolerance.logits);
-  set(r, within(r, c.out.loop_full, c.opts.tolerance, c.opts.tolerance.logits),
-      c.target.loop_name() + " vs full forward, inside the window: " + describe_steps(c.out.loop_full, c.opts.tolerance.logits, s.full) + "; " +
+  c.out.loop_full = compare_steps(main.logits, s.full, T0 - 1, c.tol().logits);
+  set(r, within(r, c.out.loop_full, c.tol(), c.tol().logits),
+      c.target.loop_name() + " vs full forward, inside the window: " + describe_steps(c.out.loop_full, c.tol().logits, s.full) + "; " +
           stats_line(c.out.loop_full));
 }
 
 // 3. Every step, past the window too, against the banded reference.
-// A target the caller keeps inside the window (--no-past-window) skips what only past it can show.
-bool skip_past_window(const CheckContext& c, CheckResult& r) {
-  if (c.opts.past_window) return false;
-  r.status = Status::Skipped;
-  r.detail = "skipped (--no-past-window): the target is never driven past the context";
-  return true;
-}
-
 void window_reference_check(CheckContext& c, CheckResult& r) {
-  if (skip_past_window(c, r)) return;
-  const Generation& main = c.main("window-reference");
+  const Generation& main = c.main();
   const StepReference& s = c.main_reference();
   const int64_t T0 = c.opts.prompt.size(1), inside = c.model->config().context - T0 + 1;
-  c.out.loop_band = compare_steps(main.logits, s.band, T0 - 1, c.opts.tolerance.logits);
-  set(r, within(r, c.out.loop_band, c.opts.tolerance, c.opts.tolerance.logits),
-      c.target.loop_name() + " vs banded reference, every step: " + describe_steps(c.out.loop_band, c.opts.tolerance.logits, s.band) + "; " +
+  c.out.loop_band = compare_steps(main.logits, s.band, T0 - 1, c.tol().logits);
+  set(r, within(r, c.out.loop_band, c.tol(), c.tol().logits),
+      c.target.loop_name() + " vs banded reference, every step: " + describe_steps(c.out.loop_band, c.tol().logits, s.band) + "; " +
           stats_line(c.out.loop_band));
   if (c.opts.tokens <= inside) r.detail += " (never past the window: " + std::to_string(c.opts.tokens) + " tokens)";
 }
 
 // 4. Another sequence on the same target, then the first prompt again: the first run's logits.
 void reset_check(CheckContext& c, CheckResult& r) {
-  const Generation& main = c.main("reset");
+  const Generation& main = c.main();
   const int64_t V = c.model->config().vocab_size, T0 = c.opts.prompt.size(1);
   const int64_t k = std::min(c.opts.reset_tokens, c.opts.tokens);
   c.target.generate((c.opts.prompt + 7).remainder(V), k, greedy());
   const Generation again = c.target.generate(c.opts.prompt, k, greedy());
   const at::Tensor first = main.logits.narrow(1, 0, k);
-  const StepDiffs d = compare_steps(again.logits, first, T0 - 1, c.opts.tolerance.logits);
+  const StepDiffs d = compare_steps(again.logits, first, T0 - 1, c.tol().logits);
   r.figure = d.worst;
-  r.bound = max_diff_bound(c.opts.tolerance.logits);
-  set(r, !d.first_position_over, "after another sequence on the same target: " + describe_steps(d, c.opts.tolerance.logits, first));
+  r.bound = max_diff_bound(c.tol().logits);
+  set(r, !d.first_position_over, "after another sequence on the same target: " + describe_steps(d, c.tol().logits, first));
 }
 
 // 5. The harness's own loop over the uncached sequence: the cache and the attention apart from the
@@ -167,12 +155,12 @@ void teacher_forced_check(CheckContext& c, CheckResult& r) {
     return seq.select(1, history.size(1)).to(logits.device());  // the reference's next token
   };
   const Generation tf = c.target.drive(c.opts.prompt, n, forced);
-  const double tol = c.opts.tolerance.logits;
+  const double tol = c.tol().logits;
   c.out.forced_full = compare_steps(tf.logits, ref.steps.full, T0 - 1, tol);
   c.out.forced_band = compare_steps(tf.logits, ref.steps.band, T0 - 1, tol);
   CheckResult scratch = r;
-  const bool full_ok = within(scratch, c.out.forced_full, c.opts.tolerance, tol);
-  const bool band_ok = within(r, c.out.forced_band, c.opts.tolerance, tol);
+  const bool full_ok = within(scratch, c.out.forced_full, c.tol(), tol);
+  const bool band_ok = within(r, c.out.forced_band, c.tol(), tol);
   if (!full_ok) set(r, false, "vs full forward: " + describe_steps(c.out.forced_full, tol, ref.steps.full));
   else set(r, band_ok, "vs banded reference: " + describe_steps(c.out.forced_band, tol, ref.steps.band));
 }
@@ -199,7 +187,7 @@ void sampled_check(CheckContext& c, CheckResult& r) {
   };
   const Generation run = c.target.generate(o.prompt, n, draw_and_watch);
   const StepReference s = reference_for(c.model, run.seq.to(o.prompt.device()), T0, n);
-  judge_row(r, o.tolerance, run.logits, s, T0);
+  judge_row(r, c.tol(), run.logits, s, T0);
   if (!r.ok()) return;
   if (!history_error.empty()) return set(r, false, history_error);
   at::Generator replay = make_generator(o.prompt.device(), o.sampling_seed);
@@ -217,12 +205,11 @@ void sampled_check(CheckContext& c, CheckResult& r) {
 // 7. A prompt longer than the window: the prefill must take its last `context` tokens and decode
 // positions start past the window.
 void long_prompt_check(CheckContext& c, CheckResult& r) {
-  if (skip_past_window(c, r)) return;
   const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
   at::Generator gen = at::detail::createCPUGenerator(7);
   at::Tensor prompt = at::randint(0, V, {1, ctx + c.opts.long_extra}, gen, at::kLong).to(c.opts.prompt.device());
   const Generation run = c.target.generate(prompt, c.opts.long_tokens, greedy());
-  judge_row(r, c.opts.tolerance, run.logits, reference_for(c.model, run.seq.to(prompt.device()), prompt.size(1), c.opts.long_tokens),
+  judge_row(r, c.tol(), run.logits, reference_for(c.model, run.seq.to(prompt.device()), prompt.size(1), c.opts.long_tokens),
         prompt.size(1));
   r.detail = std::to_string(prompt.size(1)) + "-token prompt, " + r.detail;
 }
@@ -234,7 +221,7 @@ void long_prompt_check(CheckContext& c, CheckResult& r) {
 void batch_check(CheckContext& c, CheckResult& r) {
   const auto& o = c.opts;
   const int64_t V = c.model->config().vocab_size, T0 = o.prompt.size(1);
-  const double tol = o.tolerance.logits;
+  const double tol = c.tol().logits;
   const bool one_row = o.prompt.size(0) == 1;
   const at::Tensor rows = one_row ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
   const int64_t R = rows.size(0), n = o.batch_tokens > 0 ? o.batch_tokens : past_window_tokens(c);
@@ -246,7 +233,7 @@ void batch_check(CheckContext& c, CheckResult& r) {
     const at::Tensor seq = batched.seq.narrow(0, b, 1).to(o.prompt.device());  // (1, T0 + n)
     const at::Tensor got = batched.logits.narrow(0, b, 1);                      // (1, n, V)
     const StepReference alone = reference_for(c.model, seq, T0, n);
-    const StepDiffs band = judge_row(r, o.tolerance, got, alone, T0);
+    const StepDiffs band = judge_row(r, c.tol(), got, alone, T0);
     worst = std::max(worst, band.worst);
     if (b == 0 || band.worst > all.worst) all = band;
     if (!r.ok()) return void(r.detail = row + " vs its sequence alone, " + r.detail);
@@ -255,7 +242,7 @@ void batch_check(CheckContext& c, CheckResult& r) {
     const at::Tensor ids = seq.narrow(1, T0, n).to(alone.band.device()).unsqueeze(-1);           // (1, n, 1)
     const at::Tensor gap = (alone.band.amax(-1, true) - alone.band.gather(-1, ids)).view({n});  // (n)
     const at::Tensor wrong = (gap > 2 * tol).nonzero();
-    if (wrong.numel() && !o.tolerance.max_kl && !o.tolerance.min_top1) {
+    if (wrong.numel() && !c.tol().max_kl && !c.tol().min_top1) {
       const int64_t i = wrong[0][0].item<int64_t>();
       return set(r, false, row + ": token at position " + std::to_string(T0 + i) + " is not the greedy choice of its own " +
                                "reference logits (" + sci(gap[i].item<double>()) + " below the top, not a near-tie)");
@@ -265,7 +252,7 @@ void batch_check(CheckContext& c, CheckResult& r) {
   // Compared up to the first step where their ids part (both may pick either side of a near-tie).
   const bool against_main = one_row && c.have_main() && n <= o.tokens;
   if (against_main) {
-    const Generation& main = c.main("batch");
+    const Generation& main = c.main();
     const int64_t parts = steps_before_parting(main.seq, batched.seq.narrow(0, 0, 1), T0, n);
     const at::Tensor first = main.logits.narrow(1, 0, std::min(n, parts + 1));
     const StepDiffs d = compare_steps(batched.logits.narrow(0, 0, 1), first, T0 - 1, tol);
@@ -282,6 +269,7 @@ void batch_check(CheckContext& c, CheckResult& r) {
 
 // Cached logits of `run` (B, n, V) at the chosen steps against the target's own prefill of the same
 // tokens: reset, prefill(seq[:, :T0 + i]). Returns the comparison, steps in order of `steps`.
+namespace {
 struct SelfDiffs {
   std::vector<int64_t> positions;  // the sequence position each compared step predicts from
   std::vector<double> diffs;
@@ -309,6 +297,8 @@ void against_own_prefill(DecodeTarget& t, const Generation& run, int64_t T0, con
   }
 }
 
+}  // namespace
+
 // 9. The target against itself: each cached step inside the window against the target's own prefill
 // of the same tokens, on the main greedy run and on a batch of different prompts. Every approximation
 // the target makes (a GELU formula, an angle recurrence) is in both paths, so only the cache can
@@ -316,7 +306,7 @@ void against_own_prefill(DecodeTarget& t, const Generation& run, int64_t T0, con
 void self_check(CheckContext& c, CheckResult& r) {
   const auto& o = c.opts;
   const int64_t ctx = c.target.context(), T0 = o.prompt.size(1), V = c.model->config().vocab_size;
-  const double tol = o.tolerance.self;
+  const double tol = c.tol().self;
   r.bound = "max |diff| <= " + sci(tol) + " against the target's own prefill";
   if (T0 >= ctx) {
     r.status = Status::Skipped;
@@ -332,7 +322,7 @@ void self_check(CheckContext& c, CheckResult& r) {
     r.detail = "skipped: fewer than two steps inside the window";
     return;
   }
-  const Generation& main = c.main("self");
+  const Generation& main = c.main();
   SelfDiffs d;
   against_own_prefill(c.target, main, T0, steps, tol, d);
   const at::Tensor rows = o.prompt.size(0) == 1 ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
@@ -352,36 +342,6 @@ void self_check(CheckContext& c, CheckResult& r) {
                              sci(bad.margin_at_first_over) + "); worst |diff| " + sci(*r.figure) + " over " + what);
   set(r, true, what + " equal the target's own prefill, worst |diff| " + sci(*r.figure) +
                    "; past the window the rolling semantics have no prefill twin, so it compares inside only");
-}
-
-}  // namespace
-
-const std::vector<CheckDef>& model_checks() {
-  static std::vector<CheckDef> table = {
-      {"tokens", "the first context - prompt_len greedy tokens equal the uncached run's (the seed's 253)", tokens_check},
-      {"logits", "every step's logits inside the window equal the full forward's, within the tolerance", logits_check},
-      {"window-reference", "every step's logits, past the window too, equal the banded (rolling-cache) reference's",
-       window_reference_check},
-      {"reset", "after another sequence, the first prompt gives the first run's logits again", reset_check},
-      {"teacher-forced", "the harness's own loop over the reference sequence matches both references: the cache alone",
-       teacher_forced_check},
-      {"sampled", "a seeded run with every sampler stage matches the references, hands the sampler the whole history, "
-                  "and draws what the sampler draws on the reference logits", sampled_check},
-      {"long-prompt", "a prompt longer than the window is prefilled from its last context tokens; later steps match",
-       long_prompt_check},
-      {"batch", "different prompts in one batch: each row equals its sequence alone, inside and past the window",
-       batch_check},
-      // Our own caches: `logits` already compares every cached step with the full forward, which is our
-      // prefill; `self` is for targets that are not our model (conform), so it is not in the default set.
-      {"self", "each cached step inside the window equals the target's own prefill of the same tokens "
-               "(the target's approximations cancel; only its cache can part them)", self_check, /*in_default=*/false},
-  };
-  static const bool with_serving = [] {
-    for (auto& row : serving_check_rows()) table.push_back(std::move(row));
-    return true;
-  }();
-  (void)with_serving;
-  return table;
 }
 
 }  // namespace tinygpt::checks

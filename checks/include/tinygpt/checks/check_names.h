@@ -1,0 +1,28 @@
+// The name of every row of the model check table, written once. The table's rows, the faults'
+// expected lists and anything else that refers to a check by name use these, so a misspelt name is
+// a compile error; the table refuses a row whose name is not unique, and the registry a fault naming
+// a check the table does not have. Sampler rows are named "sampler/<law>" after the laws
+// (tinygpt/laws/sampler_laws.h).
+#pragma once
+
+namespace tinygpt::checks::check {
+
+inline constexpr const char kTokens[] = "tokens";
+inline constexpr const char kLogits[] = "logits";
+inline constexpr const char kWindowReference[] = "window-reference";
+inline constexpr const char kReset[] = "reset";
+inline constexpr const char kTeacherForced[] = "teacher-forced";
+inline constexpr const char kSampled[] = "sampled";
+inline constexpr const char kLongPrompt[] = "long-prompt";
+inline constexpr const char kBatch[] = "batch";
+inline constexpr const char kSelf[] = "self";
+inline constexpr const char kRagged[] = "ragged";
+inline constexpr const char kJoinLeave[] = "join-leave";
+inline constexpr const char kFork[] = "fork";
+inline constexpr const char kRollback[] = "rollback";
+inline constexpr const char kBatchSizes[] = "batch-sizes";
+
+// The prefix of every sampler row's name.
+inline constexpr const char kSamplerPrefix[] = "sampler/";
+
+}  // namespace tinygpt::checks::check

@@ -1,0 +1,58 @@
+// Pieces the rows of the check table share: the verdict and comparison helpers of the model rows,
+// and the row runs of the serving rows. Private to the harness; each row is a function in a file
+// of this folder, named by check_table.cpp.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tinygpt/checks/check_suite.h"
+
+namespace tinygpt::checks {
+
+// Sets the row's verdict (pass or fail) and its detail.
+void set_result(CheckResult& r, bool ok, std::string detail);
+// A run's logits (B, n, V) against its references, full inside the window and banded every step, at
+// the bounds in force; fills `r` (verdict, detail, statistics) and returns the banded comparison.
+StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len);
+
+// --- serving rows: rows of a running batch, each judged against its own sequence alone ---
+
+// Serving rows run until their rows are this far past the window (every past-window serving fault
+// shows within a few steps of the edge).
+inline constexpr int64_t kPastTheWindow = 16;
+
+// One row of a serving run: its whole sequence (prompt first) and the logits each new token was
+// chosen from: logits[i] (V) predicts seq[prompt + i].
+struct RowRun {
+  std::vector<int64_t> seq;
+  int64_t prompt = 0;
+  std::vector<at::Tensor> logits;
+};
+// A live row: the target's row id, its run, and the logits its next token is chosen from (V).
+struct LiveRow {
+  int64_t id;
+  RowRun* run;
+  at::Tensor next;
+};
+
+// A deterministic prompt of `len` ids for row `b` (different rows, different ids).
+std::vector<int64_t> serving_prompt(int64_t len, int64_t b, int64_t vocab);
+// The greedy id of one row of logits (V).
+int64_t top1(const at::Tensor& row);
+// Decode steps of a serving row: `full`, or fewer where the options cap them (serving_tokens).
+int64_t serving_steps(const CheckContext& c, int64_t full);
+// Admits prompts as new rows of the target: their live rows over `runs` (one RowRun per prompt, made here).
+std::vector<LiveRow> admit(CheckContext& c, const std::vector<std::vector<int64_t>>& prompts, std::vector<RowRun>& runs);
+// One step of every live row with its greedy token, recording the logits it was chosen from.
+void step_all(DecodeTarget& t, std::vector<LiveRow>& live);
+// Records each live row's last logits and greedy token without feeding it (the run ends).
+void finish(std::vector<LiveRow>& live);
+// Judges every run against the reference of its own sequence alone; fills `r` and returns false at
+// the first run over the bound. `worst` collects the largest banded |diff|.
+bool judge_rows(CheckContext& c, CheckResult& r, const std::vector<std::pair<std::string, const RowRun*>>& runs, double& worst);
+
+}  // namespace tinygpt::checks
