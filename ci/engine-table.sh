@@ -44,7 +44,7 @@ if [ -d .engines/transformers.js/node_modules ]; then
   run "transformers.js, its own positions" /usr/bin/node engines/transformers.js/adapter.mjs
   run "transformers.js, positions from the adapter" TINYGPT_TJS_POSITIONS=adapter /usr/bin/node engines/transformers.js/adapter.mjs
 fi
-run "python reference (python3-torch)" /usr/bin/python3 checks/engines/python_reference.py
+run "python reference (python3-torch)" /usr/bin/python3 engines/reference/python_reference.py
 echo "| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |"
 echo "| --- | --- | --- | --- | --- | --- | ---: |"
 printf '%s\n' "${rows[@]}"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fuzz_input.h"
-#include "golden_compare.h"
+#include "tinygpt/checks/golden_compare.h"
 
 namespace {
 

@@ -1,3 +1,4 @@
+#include "tinygpt/torch_checkpoint.h"
 #include "tinygpt/checks/export.h"
 
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 #include "tinygpt/checks/golden.h"
 
-#include "golden_compare.h"
+#include "tinygpt/checks/golden_compare.h"
 
 #include <ATen/ATen.h>
 
@@ -9,8 +9,7 @@
 #include <fstream>
 
 #include "paths.h"
-#include "tinygpt/checks/report.h"
-#include "sample_grid.h"
+#include "tinygpt/checks/sample_grid.h"
 #include "tinygpt/laws/selfcheck.h"
 #include "tinygpt/device.h"
 #include "tinygpt/errors.h"
@@ -98,14 +97,14 @@ nlohmann::json greedy_rows(Fixture& fx, c10::Device dev, const CacheVariant& var
 nlohmann::json envelope(const std::string& name, c10::Device dev, uint64_t seed, const std::string& model) {
   return {{"case", name},
           {"model", model},
-          {"provenance", Provenance::current(dev, seed).to_json()},
+          {"provenance", current_provenance(dev, seed).to_json()},
           {"tolerance", {{"logit_digest", kDigestTolerance}, {"reason", kDigestToleranceReason},
                          {"tokens", "exact on the same libtorch, device, dtype, threads and cpu; elsewhere a divergence only at a near-tie (each side's token in the other's top 2)"}}}};
 }
 
 }  // namespace
 
-Provenance Provenance::current(c10::Device device, uint64_t seed) {
+Provenance current_provenance(c10::Device device, uint64_t seed) {
   Provenance p;
   p.commit = git_commit();
   p.libtorch = libtorch_version();

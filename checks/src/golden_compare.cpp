@@ -1,6 +1,6 @@
 // Golden files against a fresh computation: the comparison alone, no model, so the fuzz target
 // (fuzz/fuzz_golden.cpp) can drive it with any recorded file.
-#include "golden_compare.h"
+#include "tinygpt/checks/golden_compare.h"
 
 #include <algorithm>
 #include <cmath>

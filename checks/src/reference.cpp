@@ -7,7 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "tinygpt/checks/result.h"
+#include "tinygpt/checks/results.h"
 #include "tinygpt/generate.h"
 
 namespace tinygpt::checks {

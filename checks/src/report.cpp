@@ -96,10 +96,6 @@ nlohmann::json to_json(const InjectionReport& r) {
           {"matrix", {{"checks", m.checks}, {"legend", kMatrixLegend}, {"rows", rows}}}};
 }
 
-void write_json_atomically(const std::string& path, const nlohmann::json& doc) {
-  write_text_atomically(path, doc.dump(2) + "\n");
-}
-
 nlohmann::json to_json(const VerifyReport& r) {
   nlohmann::json doc = to_json(r.rows);
   doc["subject"] = r.subject;

@@ -1,4 +1,4 @@
-#include "sample_grid.h"
+#include "tinygpt/checks/sample_grid.h"
 
 #include <ATen/ATen.h>
 
@@ -17,7 +17,7 @@ const std::vector<GridSetting>& grid_settings() {
       {"greedy + penalty 1.3", {0.0, 0, 1.0, 1.3}},
       {"top-p 0.9, temp 0.8, penalty 1.3", {0.8, 0, 0.9, 1.3}},
       // Every stage at once, which the seed's grid never does (top-k and top-p together).
-      {"temperature 0.8, top-k 40, top-p 0.9, penalty 1.3", {0.8, 40, 0.9, 1.3}},
+      {"temperature 0.8, top-k 40, top-p 0.9, penalty 1.3", SamplingSettings::every_stage()},
   };
   return g;
 }

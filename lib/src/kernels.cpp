@@ -68,9 +68,9 @@ __attribute__((target("avx2,fma"))) inline __m128 hsum4(__m256 a, __m256 b, __m2
 // out[i] = w_i . x for four consecutive weight rows w_0..w_3 of K floats (K % 8 == 0): four
 // accumulators over the one vector, each summed across its lanes at the end.
 // With Prefetch (the batch-1 product), the weights ahead are prefetched as they are consumed - two
-// lines per step of the loop, kPrefetchBytes ahead of the block's progress through memory. A burst
-// of prefetches per block left the products at ~80% of a plain read of the same bytes in a
-// microbenchmark on the dev machine; spread over the loop at 12-20 KiB ahead they matched it. The
+// lines per step of the loop, kPrefetchBytes ahead of the block's progress through memory: spread
+// over the loop a little ahead, the products read their weights as fast as a plain read of the same
+// bytes, where a burst of prefetches per block fell short of it (docs/perf.md). The
 // distance runs past a matrix's end into whatever follows (the model keeps its weights in one block
 // in the order a step reads them: gpt.cpp); a prefetch never faults.
 constexpr int64_t kPrefetchBytes = 16384;
@@ -161,7 +161,7 @@ __attribute__((target("avx2,fma"))) inline void block4x2(const float* w0, int64_
 // same eight lanes whichever group computes it. Needs K % 8 == 0 (checked by the caller); the
 // last n1 % 4 rows go to the generic path. With more than one input row, the block kPrefetchRows
 // rows ahead is prefetched at the block's start (the hardware prefetcher, seeing four short
-// interleaved streams, left the products at ~60% of a plain read's bandwidth on the dev machine);
+// interleaved streams, leaves the products well short of a plain read's bandwidth: docs/perf.md);
 // a single input row prefetches inside its loop instead (dot4_avx2<true>).
 __attribute__((target("avx2,fma"))) void rows_avx2(const float* w, const float* x, float* y, int64_t n0, int64_t n1,
                                                    int64_t K, int64_t R, int64_t N) {

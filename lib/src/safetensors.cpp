@@ -189,13 +189,4 @@ void write_safetensors_checkpoint(const std::string& path, const Checkpoint& ck,
   write_safetensors(path, tensors, metadata);
 }
 
-Checkpoint read_any_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "cannot open checkpoint");
-  char magic[2] = {0, 0};
-  in.read(magic, 2);
-  if (magic[0] == 'P' && magic[1] == 'K') return read_torch_checkpoint(path);
-  return read_safetensors_checkpoint(path);
-}
-
 }  // namespace tinygpt

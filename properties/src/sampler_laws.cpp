@@ -187,11 +187,8 @@ BindingCase gen_binding_case(c10::Device dev) {
   return {x.to(dev), history.to(dev), s};
 }
 
-}  // namespace
-
-std::vector<Law> generated_laws() {
-  std::vector<Law> laws;
-
+// Greedy and top-k: what survives the k-th score, and who wins at T = 0.
+void greedy_and_top_k_laws(std::vector<Law>& laws) {
   // Which of equal maxima greedy takes is a fixed check of its own (greedyPicksTheFirstOfEqualMaxima).
   laws.push_back({"temperatureZeroIsArgmax", "pick(T=0) in argmax set of logits",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
@@ -256,6 +253,10 @@ std::vector<Law> generated_laws() {
   // The minimal nucleus, computed in double from the sorted probabilities: a token may survive
   // when the mass STRICTLY above it is below p, and must survive when even the mass of every
   // other token at least as likely is below p. 1e-4 absorbs float32 cumsum rounding.
+}
+
+// Top-p: the minimal nucleus, from both sides.
+void top_p_laws(std::vector<Law>& laws) {
   auto nucleus_law = [](bool must_keep) {
     return [must_keep](const SamplerUnderTest& sut, c10::Device dev) {
       at::Tensor x = gen_logits(dev);
@@ -285,7 +286,10 @@ std::vector<Law> generated_laws() {
                   nucleus_law(false)});
   laws.push_back({"topPKeepsTheMinimalNucleus", "mass of all others >= p_i below p => filtered(top_p)[i] > -inf",
                   nucleus_law(true)});
+}
 
+// The repetition penalty: identity at 1, never a raise, each distinct id once.
+void penalty_laws(std::vector<Law>& laws) {
   laws.push_back({"penaltyOneIsTheIdentity", "filtered(penalty=1, history) == filtered(no history)",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     at::Tensor x = gen_logits(dev);
@@ -339,7 +343,10 @@ std::vector<Law> generated_laws() {
                     at::Tensor ids = sut.pick(x, top, {0.0, 0, 1.0, pen});
                     RC_ASSERT(!(ids == top.squeeze(1)).any().item<bool>());
                   }, true});
+}
 
+// Temperature: order kept, a lower one never flattens.
+void temperature_laws(std::vector<Law>& laws) {
   laws.push_back({"temperatureKeepsTheOrder", "s_i < s_j => filtered(T)_i <= filtered(T)_j",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     at::Tensor x = gen_logits(dev);
@@ -359,7 +366,10 @@ std::vector<Law> generated_laws() {
                     at::Tensor p2 = sut.filtered(x, no_history(), {t2, 0, 1.0, 1.0}).softmax(-1).amax(-1);
                     RC_ASSERT((p1 >= p2 - 1e-6).all().item<bool>());
                   }});
+}
 
+// Against the plain model of SPEC 6 (spec6_model.cpp), with every stage active at once.
+void spec6_model_laws(std::vector<Law>& laws) {
   laws.push_back({"neverDrawsAnImpossibleToken", "pick = i => logits_i > -inf and filtered p_i > 0",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     at::Tensor x = gen_logits(dev);
@@ -446,7 +456,10 @@ std::vector<Law> generated_laws() {
                       }
                     }
                   }, true});
+}
 
+// The seed: the same seed draws the same ids.
+void seed_laws(std::vector<Law>& laws) {
   laws.push_back({"theSameSeedGivesTheSameDraws", "seed(s); pick == seed(s); pick",
                   [](const SamplerUnderTest& sut, c10::Device dev) {
                     at::Tensor x = gen_logits(dev);
@@ -457,6 +470,18 @@ std::vector<Law> generated_laws() {
                     at::manual_seed(seed);
                     RC_ASSERT(a.equal(sut.pick(x, no_history(), s)));
                   }, true});
+}
+
+}  // namespace
+
+std::vector<Law> generated_laws() {
+  std::vector<Law> laws;
+  greedy_and_top_k_laws(laws);
+  top_p_laws(laws);
+  penalty_laws(laws);
+  temperature_laws(laws);
+  spec6_model_laws(laws);
+  seed_laws(laws);
   return laws;
 }
 
@@ -470,10 +495,25 @@ double chi_square_critical(int df, double alpha) {
   return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
 }
 
-std::vector<FixedCheck> fixed_checks() {
-  std::vector<FixedCheck> checks;
-  auto on = [](c10::Device dev, std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0).to(dev); };
+namespace {
 
+// One row of logits (1, V) on `dev`.
+at::Tensor on(c10::Device dev, std::vector<float> v) { return at::tensor(v, at::kFloat).unsqueeze(0).to(dev); }
+
+// Draws of `n` rows of `logits` under `s` (with `history` when given), seeded: the ids drawn.
+std::vector<int64_t> draws(const SamplerUnderTest& sut, c10::Device dev, std::vector<float> logits, std::vector<int64_t> history,
+                           const SamplingSettings& s, int64_t n, uint64_t seed) {
+  at::Tensor x = on(dev, std::move(logits)).repeat({n, 1});
+  at::Tensor h = history.empty() ? no_history() : at::tensor(history, at::kLong).unsqueeze(0).to(dev).repeat({n, 1});
+  at::manual_seed(seed);
+  at::Tensor ids = sut.pick(x, h, s).to(at::kCPU).contiguous();
+  return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
+}
+
+int64_t count(const std::vector<int64_t>& ids, int64_t id) { return static_cast<int64_t>(std::count(ids.begin(), ids.end(), id)); }
+
+// The seed's own self-check, shared with `tinygpt verify` and the goldens (selfcheck.cpp).
+void seed_selfcheck_items(std::vector<FixedCheck>& checks) {
   // The seed's own self-check, shared with `tinygpt verify` and the goldens (selfcheck.cpp).
   static const char* names[] = {"seedSelfCheckGreedyForms", "seedSelfCheckTopFive",
                                 "topPOverTheSeedDistributionDrawsExactlyTheTopTwo", "penaltyTwoOnTheSeedPairPicksTheRunnerUp"};
@@ -483,24 +523,14 @@ std::vector<FixedCheck> fixed_checks() {
                         const auto items = seed_selfcheck(sut.pick, dev);
                         return items.at(k).ok() ? "" : items.at(k).name + ": " + items.at(k).detail;
                       }});
+}
 
-  // Draws of `n` rows of `logits` under `s` (with `history` when given), seeded: the ids drawn.
-  auto draws = [on](const SamplerUnderTest& sut, c10::Device dev, std::vector<float> logits, std::vector<int64_t> history,
-                    const SamplingSettings& s, int64_t n, uint64_t seed) {
-    at::Tensor x = on(dev, std::move(logits)).repeat({n, 1});
-    at::Tensor h = history.empty() ? no_history() : at::tensor(history, at::kLong).unsqueeze(0).to(dev).repeat({n, 1});
-    at::manual_seed(seed);
-    at::Tensor ids = sut.pick(x, h, s).to(at::kCPU).contiguous();
-    return std::vector<int64_t>(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel());
-  };
-  auto count = [](const std::vector<int64_t>& ids, int64_t id) {
-    return static_cast<int64_t>(std::count(ids.begin(), ids.end(), id));
-  };
-
+// The nucleus boundary and SPEC 6's three tie rules, a row each.
+void boundary_and_tie_checks(std::vector<FixedCheck>& checks) {
   checks.push_back({"topPDropsATokenWhoseMassAboveIsExactlyP",
                     "logits [0, 0], top_p 0.5: the mass above the second-ranked is exactly 0.5 >= top_p, so exactly one of the "
                     "two survives (either one: SPEC 6 leaves the order of equal scores open)",
-                    [draws](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       // softmax([0, 0]) = [0.5, 0.5] exactly in float32: the boundary case generated cases never hit (a
                       // nucleus test of > instead of >= keeps both).
                       const auto ids = draws(sut, dev, {0.0f, 0.0f}, {}, {1.0, 0, 0.5, 1.0}, 200, 7);
@@ -512,7 +542,7 @@ std::vector<FixedCheck> fixed_checks() {
   // named for what it does, and passes every other law (which leave ties open).
   checks.push_back({kTopKTieCheck,
                     "top-k keeps every token tied with the k-th: logits [1, 1, 1, 0], top_k 2, 3000 draws take all three of ids 0-2",
-                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       const auto ids = draws(sut, dev, {1.0f, 1.0f, 1.0f, 0.0f}, {}, {1.0, 2, 1.0, 1.0}, 3000, 11);
                       int64_t kept = 0;
                       for (int64_t id : {0, 1, 2}) kept += count(ids, id) > 0;
@@ -523,7 +553,7 @@ std::vector<FixedCheck> fixed_checks() {
   checks.push_back({"topPAcceptsAnyOrderAmongTiedTokens",
                     "top-p: any order among tied tokens: logits [2, 1, 1, 1, 0], top_p 0.6 keep id 0 and exactly one of the "
                     "tied ids 1-3 (whichever the implementation ranks first)",
-                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       // p = [.475, .175, .175, .175, .064]: the first-ranked tied token has .475 < .6 above it, the
                       // others at least .65 >= .6.
                       const auto ids = draws(sut, dev, {2.0f, 1.0f, 1.0f, 1.0f, 0.0f}, {}, {1.0, 0, 0.6, 1.0}, 3000, 13);
@@ -534,16 +564,20 @@ std::vector<FixedCheck> fixed_checks() {
                       return tied == 1 ? "" : "kept " + std::to_string(tied) + " of the 3 tied tokens at the nucleus boundary, expected exactly 1";
                     }});
   checks.push_back({"greedyPicksTheFirstOfEqualMaxima", "greedy: first index among equal maxima: logits [1, 3, 3, 0] at temperature 0 pick id 1",
-                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       const int64_t id = sut.pick(on(dev, {1.0f, 3.0f, 3.0f, 0.0f}), no_history(), {0.0, 0, 1.0, 1.0}).item<int64_t>();
                       return id == 1 ? "" : "picked id " + std::to_string(id) + " of the tied maxima {1, 2}, expected the first, 1";
                     }});
 
   // Every stage's direction, seen through draws alone (an engine's `sample` shows nothing else).
+}
+
+// Each stage's direction seen through draws alone, for an engine that shows nothing else.
+void direction_checks(std::vector<FixedCheck>& checks) {
   checks.push_back({"penaltyLowersAPenalisedTokenWhateverItsSign",
                     "penalty 2 on a repeated token lowers its draw frequency, with a positive score (logits [1, 0], history [0]) "
                     "and with a negative one (logits [0, -1], history [1]); 4000 draws each",
-                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       // p(penalised) without and with the penalty: .731 -> .622 (positive), .269 -> .119 (negative); a
                       // penalty that divides the negative score raises it to .378. 4000 draws: sigma ~30 draws.
                       for (const auto& [logits, id] : {std::pair{std::vector<float>{1.0f, 0.0f}, int64_t(0)},
@@ -559,7 +593,7 @@ std::vector<FixedCheck> fixed_checks() {
                     }});
   checks.push_back({"temperatureSharpensBelowOneAndFlattensAboveOne",
                     "logits [2, 1, 0, -1]: the top token's draw frequency at T 0.5 > at T 1 > at T 2; 4000 draws each",
-                    [draws, count](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       // p(top) = .865, .644, .455 at T = 0.5, 1, 2: ~9 sigma apart at 4000 draws.
                       int64_t last = 4001;
                       for (double t : {0.5, 1.0, 2.0}) {
@@ -574,7 +608,7 @@ std::vector<FixedCheck> fixed_checks() {
   checks.push_back({"topKAndTopPNeverWidenTheSupport",
                     "logits [3, 2, 1, 0, -1, -2]: top_k 3 draws only ids 0-2, top_p 0.8 only its nucleus {0, 1}, both only their "
                     "intersection; 2000 draws each",
-                    [draws](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       // p = [.634, .233, .086, .032, .012, .004]: the nucleus of 0.8 is {0, 1} (.634 < .8 <= .867).
                       const std::vector<float> x = {3.0f, 2.0f, 1.0f, 0.0f, -1.0f, -2.0f};
                       for (const auto& [s, allowed] : {std::pair{SamplingSettings{1.0, 3, 1.0, 1.0}, int64_t(2)},
@@ -585,10 +619,13 @@ std::vector<FixedCheck> fixed_checks() {
                             return "drew id " + std::to_string(id) + " with " + s.to_string() + ": outside ids 0-" + std::to_string(allowed);
                       return "";
                     }});
+}
 
+// The whole distribution: a chi-square test of draws with every stage active.
+void distribution_checks(std::vector<FixedCheck>& checks) {
   checks.push_back({"drawsMatchTheSpec6Distribution",
                     "chi-square(20000 draws vs the SPEC 6 model's p, every stage active) below the 1e-3 false-alarm critical value",
-                    [on](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
+                    [](const SamplerUnderTest& sut, c10::Device dev) -> std::string {
                       const int64_t N = 20000;
                       const std::vector<float> logits = {2.0f, 1.6f, 1.3f, 1.0f, 0.8f, 0.5f, 0.3f, 0.1f, -0.2f, -0.5f, -1.0f, -2.0f};
                       const std::vector<int64_t> hist = {0, 3, 3, 9};
@@ -626,6 +663,16 @@ std::vector<FixedCheck> fixed_checks() {
                       }
                       return "";
                     }});
+}
+
+}  // namespace
+
+std::vector<FixedCheck> fixed_checks() {
+  std::vector<FixedCheck> checks;
+  seed_selfcheck_items(checks);
+  boundary_and_tie_checks(checks);
+  direction_checks(checks);
+  distribution_checks(checks);
   return checks;
 }
 

@@ -8,8 +8,8 @@
 
 namespace tinygpt::props {
 
-using checks::CheckResult;
-using checks::Status;
+using results::CheckResult;
+using results::Status;
 
 std::vector<CheckResult> seed_selfcheck(const ScoreFn& pick_fn, c10::Device dev, std::vector<std::vector<int64_t>>* draws) {
   std::vector<CheckResult> out;
@@ -21,7 +21,7 @@ std::vector<CheckResult> seed_selfcheck(const ScoreFn& pick_fn, c10::Device dev,
     try {
       body(r, drawn);
     } catch (const std::exception& e) {
-      r = checks::error_result(name, std::string("threw: ") + e.what());
+      r = results::error_result(name, std::string("threw: ") + e.what());
     }
     out.push_back(r);
     if (draws) draws->push_back(drawn);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The bad-input table (issue 12): every loader and argument of the command line fed something
+"""The bad-input table: every loader and argument of the command line fed something
 wrong. Each case must exit 2 with exactly one line on stderr, "tinygpt: error: ...", naming the
 file or field, and never a crash, an abort, a LibTorch internal assert or a backtrace; a case that
 writes must leave no file behind. Files are made here (Debian's python3-torch writes the .pt

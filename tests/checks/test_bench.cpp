@@ -6,11 +6,13 @@
 
 #include <stdexcept>
 
-#include "bench.h"
-#include "read_pass.h"
+#include "tinygpt/tools/bench.h"
+#include "tinygpt/tools/read_pass.h"
 
 namespace tinygpt::checks {
 namespace {
+
+using namespace tinygpt::tools;
 
 Config tiny() {
   Config c;

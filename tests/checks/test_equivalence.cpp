@@ -15,7 +15,7 @@
 #include "tinygpt/checks/deviations.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/parallel_runs.h"
-#include "html_report.h"
+#include "tinygpt/tools/html_report.h"
 #include "tinygpt/checks/report.h"
 #include "tinygpt/ring_kv_cache.h"
 
@@ -652,11 +652,11 @@ TEST_F(Harness, TheFaultMatrixPrintsTheSameSymbolsInEveryView) {
 
   const std::string console = format_injection(rep);
   const nlohmann::json json = to_json(rep);
-  ReportInput in;
+  tools::ReportInput in;
   in.command = "inject";
   in.injection = &rep;
   in.context = model->config().context;
-  const std::string md = render_markdown(in), html = render_html(in);
+  const std::string md = tools::render_markdown(in), html = tools::render_html(in);
   ASSERT_EQ(json["matrix"]["checks"].get<std::vector<std::string>>(), m.checks);
   for (size_t i = 0; i < m.faults.size(); ++i) {
     SCOPED_TRACE(m.faults[i]->fault);

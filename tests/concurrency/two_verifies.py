@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""No hidden shared state between processes (issue 12, item 5): `tinygpt verify` run alone, then
+"""No hidden shared state between processes: `tinygpt verify` run alone, then
 two `tinygpt verify` processes started together in one working folder, give the same results:
 every check's verdict and key figure, and the fault matrix to the last digit. Only the timings may
 differ. Nothing is left behind in the folder but the reports and logs.

@@ -12,7 +12,7 @@ import sys
 
 tinygpt, work = sys.argv[1], sys.argv[2]
 os.makedirs(work, exist_ok=True)
-engine = "/usr/bin/python3 " + os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "checks", "engines",
+engine = "/usr/bin/python3 " + os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engines", "reference",
                                             "python_reference.py")
 out = os.path.join(work, "vs.json")
 failures = []

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 
-#include "cross_device.h"
+#include "tinygpt/tools/cross_device.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/data.h"
 #include "tinygpt/checks/golden.h"
@@ -15,6 +15,8 @@
 
 namespace tinygpt::checks {
 namespace {
+
+using namespace tinygpt::tools;
 
 #define SKIP_WITHOUT_CUDA() \
   if (!torch::cuda::is_available()) GTEST_SKIP() << "CUDA case skipped: this LibTorch has no usable CUDA device"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Interrupted writes (issue 12, item 4): `golden update`, `convert` and `train` killed with SIGKILL
+"""Interrupted writes: `golden update`, `convert` and `train` killed with SIGKILL
 at seeded random moments leave every file they write either as it was before or as a whole new
 file, never torn; and `train --resume` after each kill carries on to exactly the weights (bit for
 bit) and log rows of a run that was never stopped.

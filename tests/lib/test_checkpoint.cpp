@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tinygpt/torch_checkpoint.h"
 #include "tinygpt/checkpoint.h"
 #include "tinygpt/generate.h"
 

@@ -84,8 +84,8 @@ TEST(Model, UntrainedLossOnRandomTokensIsLnVocab) {
 }
 
 // The uncached loop's forward: the head over the last row only. Same function as forward's last
-// row (equal bit for bit on the dev machine's OpenBLAS; the bound allows another BLAS its rounding),
-// and not some other row of it.
+// row (the bound allows a BLAS to round a one-row product differently from a many-row one), and not
+// some other row of it.
 TEST(Model, ForwardLastIsForwardsLastRow) {
   GPT model(Config{}, 3);
   model->eval();

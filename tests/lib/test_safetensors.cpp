@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tinygpt/torch_checkpoint.h"
 #include "tinygpt/safetensors.h"
 
 namespace tinygpt {

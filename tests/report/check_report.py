@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The HTML report in a real browser (issue 13): Debian's headless Chromium renders the page that
+"""The HTML report in a real browser: Debian's headless Chromium renders the page that
 `tinygpt verify --html` wrote; every plot and table must be in the rendered DOM, every inline SVG
 must be well-formed XML, the page must log no console errors and weigh under 1 MB; a screenshot
 is saved for people to look at. Usage: check_report.py REPORT.html SCREENSHOT.png [MARKDOWN.md]

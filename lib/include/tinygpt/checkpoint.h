@@ -1,8 +1,6 @@
-// Loading the series' Part 3 checkpoints: torch.save({"model": state_dict, "config": {...},
-// "step": N}) in PyTorch's zip format (SPEC 8). The zip is read with LibTorch's own reader; the
-// pickle with a restricted unpickler that accepts only what torch.save emits for these files and
-// refuses any other global by name, so loading never executes code.
-// Leaves out TorchScript archives and legacy (pre-1.6, non-zip) torch.save files.
+// A model checkpoint in memory - config, step, tensors - and what every format's reader hands on to:
+// the weights' validation, the model made from them, and the one dispatch by content. Each format
+// has its own header: torch_checkpoint.h (the series' .pt), safetensors.h, gguf.h (write only).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -27,9 +25,8 @@ struct Checkpoint {
   std::map<std::string, std::string> metadata;              // provenance carried by safetensors files
 };
 
-// Reads a .pt file. Throws std::runtime_error naming the problem (bad zip, refused global,
-// unsupported dtype, malformed structure).
-Checkpoint read_torch_checkpoint(const std::string& path);
+// A .pt (zip) or .safetensors file, told apart by content, not by name. InputError naming `path`.
+Checkpoint read_any_checkpoint(const std::string& path);
 
 // Validates `tensors` against the model's config and copies them in: missing or unexpected names
 // (listed), shape mismatches (name, expected, got), dtypes (f16/bf16 converted and noted; others

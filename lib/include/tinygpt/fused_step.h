@@ -1,7 +1,7 @@
 // The CPU decode step as one function over raw buffers: the `static` cache's step. The model's own
 // step (GPTImpl::step with Kernels::Decode) makes ~15 LibTorch calls a layer - views, splits,
-// transposes, allocations, the cache's copies - and at batch 1 on one thread they took 44% of a
-// step on the dev machine (694 of 1,579 us; `tinygpt bench --profile`). This step runs the same
+// transposes, allocations, the cache's copies - which at batch 1 on one thread cost close to half
+// a step (`tinygpt bench --profile`; docs/perf.md). This step runs the same
 // kernels (kernels_raw.h: the same products, norms, RoPE, attention and GELU, in the same order)
 // on preallocated scratch, writing the new keys and values straight into the StaticKVCache it is
 // bound to, so its logits equal the model's Decode step bit for bit (tests/lib/test_fused_step.cpp).

@@ -3,7 +3,7 @@
 // key-value metadata, tensor infos, then aligned tensor data. Written here rather than through
 // ggml's gguf API so that exporting needs nothing beyond this library.
 //
-// The mapping (../shared/ENGINES.md, checked in llama.cpp's gptneox loader): emb -> token_embd and a
+// The mapping (docs/engines.md, checked in llama.cpp's gptneox loader): emb -> token_embd and a
 // copy as output (gptneox has no tied-output fallback); norms, qkv, out and the MLP by name; zero
 // biases for qkv and attn_output (the loader requires them); q and k rows permuted per head so
 // llama.cpp's rotate-half RoPE (NeoX) computes our interleaved-pair RoPE exactly: for head h and

@@ -99,8 +99,8 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& idx);
   // forward(idx)'s last position only, (B, V): the blocks run over all T tokens as before, the final
   // norm and the tied head over the last row alone (the head was 17% of a 256-token forward's FLOPs,
-  // all but one row of it thrown away by the uncached loop). Row-wise ops: on the dev machine's
-  // OpenBLAS the logits equal forward's last row bit for bit (Model.ForwardLastIsForwardsLastRow).
+  // all but one row of it thrown away by the uncached loop). Row-wise ops: the logits equal
+  // forward's last row to within BLAS's rounding (Model.ForwardLastIsForwardsLastRow).
   at::Tensor forward_last(const at::Tensor& idx);
 
   // Full forward with a caller-chosen mask policy and no length limit; positions 0..T-1.

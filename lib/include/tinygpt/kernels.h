@@ -1,8 +1,7 @@
 // Which code runs the decode step's arithmetic. The series runs PyTorch ops everywhere; at decode
-// time those hand BLAS tiny shapes it handles poorly. Measured on the 2-core dev machine
-// (LibTorch 1.13, OpenBLAS 0.3.21): a 768x256 weight product at B = 1 took ~100 us through
-// at::linear against ~15 us to read the weight, and the one-query attention matmuls (4 heads x
-// 1 x 64 against 257 keys) ~120 us each in OpenBLAS's packing routines, for ~50 kFLOP of work.
+// time those hand BLAS tiny shapes it handles poorly: a one-row weight product costs several times
+// the reading of its weight, and a one-query attention matmul spends its time in OpenBLAS's packing
+// routines for a few kFLOP of work (docs/perf.md has the figures).
 // Kernels::Decode replaces those, and fuses the small steps around them:
 //  - the weight products: each weight row streamed once and multiplied against every input row
 //    (up to kMatvecMaxRows) while it sits in L1; four weight rows by three input rows per inner
@@ -25,8 +24,8 @@ enum class Kernels {
   Decode,   // our kernels for CPU float32 decode shapes; LibTorch for everything else
 };
 
-// Up to this many rows (B x T) the matvec kernel beat OpenBLAS on the dev machine (B = 16: ~85
-// against ~65 GFLOP/s); longer prefills go to BLAS, whose blocking wins there.
+// Up to this many rows (B x T) the matvec kernel beats OpenBLAS (docs/perf.md); longer prefills go
+// to BLAS, whose blocking wins there.
 constexpr int64_t kMatvecMaxRows = 16;
 
 const char* to_string(Kernels k);

@@ -32,11 +32,4 @@ Checkpoint read_safetensors_checkpoint(const std::string& path);
 void write_safetensors_checkpoint(const std::string& path, const Checkpoint& ck,
                                   std::map<std::string, std::string> extra_metadata = {});
 
-// torch.save-compatible .pt writer ({"model": OrderedDict, "config": dict, "step": int}, zip,
-// pickle protocol 2, tied head sharing emb's storage), readable by Python's torch.load.
-void write_torch_checkpoint(const std::string& path, const Checkpoint& ck);
-
-// .pt (zip) or .safetensors, told apart by content, not by name.
-Checkpoint read_any_checkpoint(const std::string& path);
-
 }  // namespace tinygpt

@@ -16,7 +16,7 @@
 
 #include "tinygpt/checks/check_names.h"
 #include "tinygpt/checks/reference.h"
-#include "tinygpt/checks/result.h"
+#include "tinygpt/checks/results.h"
 #include "tinygpt/checks/target.h"
 #include "tinygpt/sampler.h"
 

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tinygpt/checks/check_suite.h"
-#include "tinygpt/checks/result.h"
+#include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
 

@@ -12,31 +12,20 @@
 #include <vector>
 
 #include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/golden_compare.h"
 #include "tinygpt/checks/reference.h"
-#include "tinygpt/checks/result.h"
+#include "tinygpt/checks/results.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/tokenizer.h"
 
 namespace tinygpt::checks {
 
-constexpr double kDigestTolerance = 1e-3;
-constexpr const char* kDigestToleranceReason =
-    "fp32 logits differ by ~1e-5 across thread counts and BLAS builds; a model or cache change moves them by >= 1e-2";
-constexpr int kNearTieTopN = 2;
-
 // The source tree's commit (short hash), or "unknown" outside a git checkout.
 std::string git_commit();
 
-struct Provenance {
-  std::string commit, libtorch, device, dtype = "float32";
-  std::string cpu;  // the CPU model: BLAS kernels (and their rounding) differ between CPUs
-  int threads = 1;
-  uint64_t seed = 1;
-  nlohmann::json to_json() const;
-  static Provenance from_json(const nlohmann::json& j);
-  static Provenance current(c10::Device device, uint64_t seed);
-  bool same_environment(const Provenance& o) const;
-};
+
+// This machine and build, for a document computed now on `device` with sampling seed `seed`.
+Provenance current_provenance(c10::Device device, uint64_t seed);
 
 // A model, its tokenizer, and the folder its golden files live in.
 struct Fixture {

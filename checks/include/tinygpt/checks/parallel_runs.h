@@ -1,7 +1,6 @@
 // Independent check runs (a fault, a cache, a golden comparison) spread over threads. A batch-1
-// decode step gains less from a second intra-op thread than a second run does: measured on the
-// 2-core dev machine, the static cache decodes 366 tok/s on one thread and 519 on two, so two
-// runs of one thread each do ~1.4x the work of one run on both.
+// decode step gains less from a second intra-op thread than a second run does (docs/perf.md
+// measures it), so each run gets one thread and the runs share the cores.
 #pragma once
 
 #include <c10/core/Device.h>

@@ -20,7 +20,4 @@ nlohmann::json to_json(const VerifyReport& r);
 // {engine, command, protocol, checkpoint, passed, tolerance, past_window, deviations, requests, checks: [...]}
 nlohmann::json to_json(const ConformReport& r, bool past_window);
 
-// Writes `doc` to `path` through a temporary file renamed into place: never a half-written file.
-void write_json_atomically(const std::string& path, const nlohmann::json& doc);
-
 }  // namespace tinygpt::checks

@@ -16,7 +16,7 @@
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/inject.h"
-#include "tinygpt/checks/result.h"
+#include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
 

@@ -11,14 +11,14 @@
 #include <cstdint>
 #include <vector>
 
-#include "tinygpt/checks/result.h"
+#include "tinygpt/results/result.h"
 #include "tinygpt/laws/sampler_under_test.h"
 
 namespace tinygpt::props {
 
 // One row per item; a pick that throws makes its item an error. `draws`, when given, receives each
 // item's drawn ids (for the goldens).
-std::vector<checks::CheckResult> seed_selfcheck(const ScoreFn& pick, c10::Device device,
+std::vector<results::CheckResult> seed_selfcheck(const ScoreFn& pick, c10::Device device,
                                                 std::vector<std::vector<int64_t>>* draws = nullptr);
 
 }  // namespace tinygpt::props

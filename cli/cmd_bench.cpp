@@ -1,0 +1,124 @@
+// `tinygpt bench`: the seed's benchmark (SPEC 7) per cache, and where a decode step's time goes.
+#include <ATen/ATen.h>
+
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <unistd.h>
+
+#include "tinygpt/tools/bench.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "model_source.h"
+#include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/report.h"
+
+namespace tinygpt::cli {
+
+namespace {
+// --cache left at its default (rolling,static) means "not given".
+bool cmd_caches_given(const std::vector<std::string>& caches) {
+  return caches != tools::BenchOptions{}.caches;
+}
+}  // namespace
+
+Command add_bench(CLI::App& app) {
+  struct Opts {
+    RunOptions run;
+    ModelSource model;
+    tools::BenchOptions bench;
+    std::string json;
+    bool no_uncached = false, profile = false;
+    int64_t profile_batch = 1;
+    std::string vs_engine;
+    tools::VsEngineOptions vs;
+    double timeout_s = 120;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench",
+      "The seed's benchmark (SPEC 7): tokens per second with and without the cache for every batch x tokens\n"
+      "cell and every --cache, the cache's memory at a full window against 2 x layers x tokens x d_model x 4\n"
+      "bytes, and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
+      "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads, LibTorch, the BLAS\n"
+      "actually loaded). Numbers vary between runs on shared machines: compare ratios from one run.\n"
+      "Each cell also gets this machine's bound, measured in the same run: every step must read the weights\n"
+      "and the cached keys and values and do its FLOPs, so it takes at least max(bytes / read rate, FLOPs /\n"
+      "1024^3 matmul rate); 'of bound' is the cached rate against it.\n"
+      "With --profile: where one decode step's time goes (batch 1, or --profile-batch), per cache.\n"
+      "With --vs-engine CMD: ours against a conform engine's own decode loop instead (the protocol's 'bench'\n"
+      "request; the llama.cpp adapter and the example engine have it): the --checkpoint (default: the fixture),\n"
+      "--batch, --steps decode steps after a --prompt-len prompt, --threads for both, best of --reps interleaved\n"
+      "runs; prints the ratio, each side's share of the machine's bound and whether their greedy tokens agree.");
+  cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--cache", o->bench.caches, "caches to time, comma-separated (see `tinygpt equivalence --help`)")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--prompt-len", o->bench.prompt_len, "random prompt length")->capture_default_str()->check(kPositive);
+  cmd->add_flag("--no-uncached", o->no_uncached, "skip the uncached loop (its 1024-token rows take minutes at batch 16)");
+  cmd->add_flag("--profile", o->profile, "also break one decode step down into its parts, per cache");
+  cmd->add_option("--profile-batch", o->profile_batch, "rows of the profiled step")->capture_default_str()->check(kPositive);
+  cmd->add_option("--vs-engine", o->vs_engine, "time this conform engine's decode beside ours (see above)");
+  cmd->add_option("--steps", o->vs.steps, "--vs-engine: decode steps per run (prompt + steps within the window)")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--reps", o->vs.reps, "--vs-engine: interleaved runs per side and batch; each side's best counts")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--timeout", o->timeout_s, "--vs-engine: seconds to wait for each engine answer")->capture_default_str()
+      ->check(kPositive);
+  cmd->add_option("--json", o->json, "write {machine, rows, memory, peak_rss_bytes[, profile]} here (atomically)");
+  add_model_options(cmd, o->model);
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            o->bench.uncached = !o->no_uncached;
+            for (const auto& c : o->bench.caches) checks::cache_registry().get(c);  // unknown names fail before timing
+            const bool tty = isatty(2);
+            auto progress = [tty](const std::string& s) {
+              if (tty) std::cerr << "\r\033[Kbench: " << s << std::flush;
+              else std::cerr << "bench: " << s << "\n";
+            };
+            if (!o->vs_engine.empty()) {
+              if (dev.type() != c10::kCPU) throw std::invalid_argument("bench --vs-engine: CPU only (engines run on the CPU here)");
+              if (o->bench.caches.size() != 1 && cmd_caches_given(o->bench.caches))
+                throw std::invalid_argument("bench --vs-engine: one --cache at a time");
+              o->vs.batches = o->bench.batches;
+              o->vs.prompt_len = o->bench.prompt_len;
+              o->vs.cache = cmd_caches_given(o->bench.caches) ? o->bench.caches.front() : "static";
+              tools::VsEngineReport rep;
+              try {
+                checks::LoadedEngine engine(o->vs_engine, o->model.checkpoint, o->timeout_s, progress);
+                rep = tools::run_vs_engine(engine, o->vs_engine, o->vs, progress);
+              } catch (const checks::EngineUnusable& e) {
+                if (tty) std::cerr << "\r\033[K";
+                std::cerr << "tinygpt: error: " << e.what() << "\n";
+                return int(kBadInput);
+              }
+              if (tty) std::cerr << "\r\033[K";
+              std::cout << rep.format();
+              if (!o->json.empty()) results::write_json_atomically(o->json, rep.to_json());
+              return int(kOk);
+            }
+            GPT model = load_model(o->model, dev);
+            auto rep = tools::run_bench(model, o->bench, progress);
+            nlohmann::json doc = rep.to_json();
+            std::vector<tools::StepProfile> profiles;
+            if (o->profile) {
+              nlohmann::json ps = nlohmann::json::array();
+              for (const auto& c : o->bench.caches) {
+                progress("profiling a decode step: " + c);
+                profiles.push_back(tools::profile_step(model, c, model->config().context, o->profile_batch));
+                ps.push_back(profiles.back().to_json());
+              }
+              doc["profile"] = ps;
+            }
+            if (tty) std::cerr << "\r\033[K";
+            std::cout << rep.format();
+            for (const auto& p : profiles) std::cout << p.format();
+            if (!o->json.empty()) results::write_json_atomically(o->json, doc);
+            return int(kOk);
+          }};
+}
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,112 @@
+// `tinygpt conform`: parses, calls checks::run_conform, prints. The protocol is docs/protocol.md.
+#include <ATen/ATen.h>
+
+#include <iostream>
+#include <memory>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "report_files.h"
+#include "tinygpt/checks/conform.h"
+#include "tinygpt/atomic_file.h"
+#include "tinygpt/checks/report.h"
+
+namespace tinygpt::cli {
+
+namespace {
+
+struct Opts {
+  checks::ConformOptions conform;
+  double max_kl = 0, min_top1 = 0;
+  std::string json, junit;
+  RunOptions run;
+  ReportFiles report;
+};
+
+}  // namespace
+
+Command add_conform(CLI::App& app) {
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "conform",
+      "Verify an inference engine in any language: start COMMAND through /bin/sh -c, drive it over the conform\n"
+      "protocol (one JSON object per line on its stdin/stdout; docs/protocol.md) and run it through the same checks\n"
+      "as our own caches: greedy tokens (the first context - 3 identical), every step's logits against the full\n"
+      "forward and, past the window, the banded reference, reset, the harness's own loop, a sampled run, a long\n"
+      "prompt, batch rows, and the sampler's laws through `sample`.\n"
+      "Exits 0 when every check passes, 1 when the engine is wrong (the check is named), 2 when it cannot\n"
+      "be run at all (it does not start, hello or load fails, an answer is not JSON, it dies or times out).");
+  auto& c = o->conform;
+  cmd->add_option("--engine", c.engine, "the engine's command line, run through /bin/sh -c")->required();
+  cmd->add_option("--checkpoint", c.checkpoint, "model to check on (.pt or .safetensors; default: the shipped fixture)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tokens", c.tokens, "greedy tokens of the main run (past the window when > context - 3)")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--tolerance", c.tolerance.logits, "largest |logit difference| allowed against our reference model")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--self-tolerance", c.tolerance.self,
+                  "largest |logit difference| between the engine's cached steps and its own prefill (the self check)")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--self-stride", c.self_stride, "the self check prefills every Nth step inside the window (1: every step)")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--max-kl", o->max_kl,
+                  "judge the logit checks by mean KL(reference || engine) per step instead of --tolerance (an approximate engine)")
+      ->check(kPositive);
+  cmd->add_option("--min-top1", o->min_top1, "with or instead of --max-kl: the least share of steps whose argmax agrees")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--no-past-window", c.no_past_window,
+                "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
+  cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,
+                "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
+  cmd->add_option("--timeout", c.timeout_s, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
+  cmd->add_option("--checks", c.groups,
+                  "run only these: model check names (" + checks::model_check_list() + ")\n"
+                  "and/or sampler (every sampler row an engine's draws can show); default all. `tinygpt checks` lists them")
+      ->delimiter(',');
+  cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
+  cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");
+  o->report.add(cmd, /*bench=*/false);
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            apply_run_options(o->run);
+            auto& c = o->conform;
+            if (o->max_kl > 0) c.tolerance.max_kl = o->max_kl;
+            if (o->min_top1 > 0) c.tolerance.min_top1 = o->min_top1;
+            checks::conform_selection(c.groups);  // an unknown group is bad input, before the engine starts
+            c.progress = [](const std::string& s) { std::cerr << ("conform: " + s + "\n"); };
+            checks::ConformReport rep;
+            try {
+              rep = checks::run_conform(c);
+            } catch (const checks::EngineUnusable& e) {
+              std::cerr << "tinygpt: error: " << e.what() << "\n";
+              return int(kBadInput);
+            }
+            std::cout << "conform: engine '" << rep.engine_name << "' (" << rep.command << "), " << rep.requests << " requests\n";
+            if (!rep.deviations.empty()) {
+              std::cout << "declared deviations:";
+              for (const auto& d : rep.deviations) std::cout << " " << d;
+              std::cout << "\n";
+            }
+            std::cout << checks::format_table(rep.rows, "conform");
+            if (!o->json.empty()) results::write_json_atomically(o->json, checks::to_json(rep, !c.no_past_window));
+            if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.conform"));
+            if (o->report.any()) {
+              tools::ReportInput in;
+              in.command = "conform";
+              in.subject = "engine '" + rep.engine_name + "' (" + rep.command + ") on " + rep.checkpoint;
+              in.rows = rep.rows;
+              if (!rep.model.loop_band.diffs.empty()) in.single = &rep.model;
+              in.provenance = report_provenance(c10::Device(c10::kCPU));
+              in.context = rep.model.context;
+              in.tolerance = rep.model.tolerance;
+              write_reports(o->report, in);
+            }
+            if (rep.fatal) {
+              std::cerr << "tinygpt: error: " << *rep.fatal << "\n";
+              return int(kBadInput);
+            }
+            return rep.passed() ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+}  // namespace tinygpt::cli

@@ -1,0 +1,198 @@
+// `tinygpt sample-grid`, `tinygpt golden verify|update` and `tinygpt verify`, the main job.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "cli_common.h"
+#include "report_files.h"
+#include "commands.h"
+#include "model_source.h"
+#include "tinygpt/checks/sample_grid.h"
+#include "tinygpt/atomic_file.h"
+#include "tinygpt/checks/data.h"
+#include "tinygpt/checks/golden.h"
+#include "tinygpt/checks/report.h"
+#include "tinygpt/checks/verify.h"
+#include "tinygpt/errors.h"
+
+namespace tinygpt::cli {
+
+namespace {
+
+// The golden folder and model a command works on: the shipped fixture unless --checkpoint names
+// another model (its tokenizer from --tokenizer or <dir>/tokenizer.json; its goldens in --dir).
+struct FixtureOptions {
+  std::string dir, checkpoint, tokenizer;
+  void add(CLI::App* cmd, const char* dir_help) {
+    cmd->add_option("--dir", dir, dir_help);
+    cmd->add_option("--checkpoint", checkpoint, "another model (.pt or .safetensors) instead of the shipped fixture")
+        ->check(CLI::ExistingFile);
+    cmd->add_option("--tokenizer", tokenizer, "its tokenizer.json (default: <dir>/tokenizer.json)")->check(CLI::ExistingFile);
+  }
+  bool shipped() const { return checkpoint.empty(); }
+  // Throws std::invalid_argument when a custom model has no tokenizer to use.
+  checks::Fixture load(c10::Device dev, bool need_dir) const {
+    if (shipped()) return checks::load_fixture(dir.empty() ? checks::data_dir() : dir, dev);
+    if (need_dir && dir.empty()) throw std::invalid_argument("--checkpoint needs --dir: the folder of that model's golden files");
+    const std::string tok = !tokenizer.empty() ? tokenizer : dir.empty() ? "" : dir + "/tokenizer.json";
+    if (tok.empty() || !std::ifstream(tok)) throw std::invalid_argument("--checkpoint needs --tokenizer (or a tokenizer.json in --dir)");
+    return checks::load_fixture(checkpoint, tok, dir, dev);
+  }
+};
+
+}  // namespace
+
+Command add_sample_grid(CLI::App& app) {
+  struct Opts {
+    RunOptions run;
+    ModelSource model;
+    std::string tokenizer, prompt = "And God said", json;
+    uint64_t seed = 1;
+    int64_t tokens = 60;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand("sample-grid",
+                                     "The seed's sample grid: one prompt under nine sampler settings (the seed's eight and\n"
+                                     "one with every stage active), the seed re-set before each row (cached). Defaults to\n"
+                                     "the shipped fixture and its tokenizer.");
+  add_model_options(cmd, o->model);
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the shipped fixture's)")->check(CLI::ExistingFile);
+  cmd->add_option("--prompt", o->prompt, "prompt text")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--tokens", o->tokens, "new tokens per row")->capture_default_str()->check(kPositive);
+  cmd->add_option("--json", o->json, "write rows (settings, ids, text) here");
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            if (o->model.checkpoint.empty()) o->model.checkpoint = checks::data_dir() + "/fixture.safetensors";
+            if (o->tokenizer.empty()) o->tokenizer = checks::data_dir() + "/tokenizer.json";
+            GPT model = load_model(o->model, dev);
+            Tokenizer tok = Tokenizer::load(o->tokenizer);
+            const auto ids = tok.encode(o->prompt);
+            if (ids.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
+            nlohmann::json rows = nlohmann::json::array();
+            for (const auto& r : checks::sample_grid(model, tok, ids, o->seed, o->tokens)) {
+              std::cout << "--- " << r.name << "\n" << r.text << "\n\n";
+              rows.push_back({{"name", r.name}, {"settings", r.settings.to_string()}, {"ids", r.ids}, {"text", r.text}});
+            }
+            if (!o->json.empty())
+              results::write_json_atomically(o->json, {{"prompt", o->prompt}, {"seed", o->seed}, {"tokens", o->tokens}, {"rows", rows}});
+            return int(kOk);
+          }};
+}
+
+Command add_golden(CLI::App& app) {
+  auto fo = std::make_shared<FixtureOptions>();
+  auto run = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("golden", "Compare with, or record, the golden outputs of the shipped fixture (or of --checkpoint)");
+  cmd->require_subcommand(1);
+  CLI::App* verify = cmd->add_subcommand("verify", "Recompute every golden case and report each as passed or failed");
+  CLI::App* update = cmd->add_subcommand("update", "Record the golden files (atomically) and print what changed; refused when CI=true");
+  for (CLI::App* c : {verify, update}) {
+    fo->add(c, "golden folder (default: the shipped fixture's; required with --checkpoint)");
+    add_run_options(c, *run);
+  }
+  return {cmd, [fo, run, verify] {
+            const char* ci = std::getenv("CI");
+            if (!verify->parsed() && ci && std::string(ci) == "true")
+              throw std::invalid_argument("golden update refused: CI=true (goldens change only by a deliberate local run)");
+            const c10::Device dev = apply_run_options(*run);
+            checks::Fixture fx = fo->load(dev, /*need_dir=*/true);
+            if (!verify->parsed()) {
+              for (const auto& l : checks::update_goldens(fx, dev)) std::cout << l << "\n";
+              return int(kOk);
+            }
+            bool ok = true;
+            for (const auto& r : checks::verify_goldens(fx, dev)) {
+              std::cout << (r.ok() ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
+              ok &= r.ok();
+            }
+            std::cout << (ok ? "golden: all cases passed\n" : "golden: FAILED\n");
+            return ok ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+Command add_verify(CLI::App& app) {
+  struct Opts {
+    RunOptions run;
+    FixtureOptions fixture;
+    std::string json = "tinygpt-verify.json", junit;
+    int64_t tokens = 600;
+    std::string faults = "all";
+    bool require_batch_invariance = false;
+    ReportFiles report;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "verify",
+      "The main job, no arguments needed: on the shipped fixture, every production cache (and any registered\n"
+      "one) through every equivalence check at batch 1 and at a batch of three prompts, the fault matrix, the\n"
+      "goldens through every production cache, and the sampler self-check. With --checkpoint, the same on\n"
+      "your model (goldens when --dir holds golden files recorded for it: `tinygpt golden update --dir D\n"
+      "--checkpoint F --tokenizer T`). Prints one summary table, writes a JSON report (and JUnit XML with\n"
+      "--junit), exits 1 on any failure. Independent runs (the fault matrix's, the batch of three, the\n"
+      "goldens per cache) go side by side on the CPU, one per --threads, each on one thread.");
+  o->fixture.add(cmd, "golden folder (default: the shipped fixture's)");
+  cmd->add_option("--json", o->json, "JSON report path")->capture_default_str();
+  cmd->add_option("--junit", o->junit, "also write JUnit XML here");
+  cmd->add_option("--tokens", o->tokens, "greedy tokens for the cache checks")->capture_default_str()->check(kPositive);
+  cmd->add_option("--faults", o->faults,
+                  "faults for the fault matrix: all, none, or names, comma-separated (`tinygpt inject --help` lists them)")
+      ->capture_default_str();
+  cmd->add_flag("--require-batch-invariance", o->require_batch_invariance,
+                "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
+  o->report.add(cmd, /*bench=*/true);
+  add_run_options(cmd, o->run);
+  return {cmd, [o] {
+            const c10::Device dev = apply_run_options(o->run);
+            const nlohmann::json bench = read_bench_json(o->report.bench_json);  // a bad file fails before the run
+            checks::VerifyOptions vo;
+            vo.device = dev;
+            vo.tokens = o->tokens;
+            vo.require_batch_invariance = o->require_batch_invariance;
+            if (o->faults != "all") {  // named faults are checked before the run too
+              vo.faults.emplace();
+              if (o->faults != "none") {
+                std::stringstream names(o->faults);
+                for (std::string name; std::getline(names, name, ',');) {
+                  const auto& v = checks::cache_registry().get(name);  // invalid_argument naming it when unknown
+                  if (!v.is_fault) throw InputError("--faults: '" + name + "' is a production cache, not a fault");
+                  vo.faults->push_back(&v);
+                }
+              }
+            }
+            // One write per line: the runs report from several threads.
+            vo.progress = [](const std::string& s) { std::cerr << ("verify: " + s + "\n"); };
+            checks::Fixture fx = o->fixture.load(dev, /*need_dir=*/false);
+            const std::string model = o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint;
+            vo.progress("model " + model + ", weights digest " + checks::model_digest(fx.model));
+            checks::VerifyReport rep = checks::run_verify(fx, vo);
+            rep.subject = "model " + model + " (weights digest " + checks::model_digest(fx.model) + "), " +
+                          std::to_string(o->tokens) + " greedy tokens from ids [1, 2, 3]";
+            std::cout << checks::format_table(rep.rows, "verify");
+            std::cout << "\nfault matrix:\n" << checks::format_injection(rep.matrix);
+            for (const auto& c : rep.matrix.controls)
+              if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
+            results::write_json_atomically(o->json, checks::to_json(rep));
+            if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.verify"));
+            if (o->report.any()) {
+              tools::ReportInput in;
+              in.command = "verify";
+              in.subject = rep.subject;
+              in.rows = rep.rows;
+              in.injection = &rep.matrix;
+              in.bench = bench;
+              in.provenance = report_provenance(dev);
+              in.context = fx.model->config().context;
+              write_reports(o->report, in);
+            }
+            return rep.passed() ? int(kOk) : int(kCheckFailed);
+          }};
+}
+
+}  // namespace tinygpt::cli
