@@ -35,6 +35,7 @@ namespace {
 
 std::vector<int64_t> DecodeTarget::add_rows(const std::vector<std::vector<int64_t>>&, at::Tensor&) { unsupported(*this); }
 at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vector<int64_t>&) { unsupported(*this); }
+at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { unsupported(*this); }
 int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
 void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
 void DecodeTarget::release_row(int64_t) { unsupported(*this); }
@@ -75,6 +76,7 @@ std::vector<int64_t> ModelTarget::add_rows(const std::vector<std::vector<int64_t
   return rows().add(prompts, logits);
 }
 at::Tensor ModelTarget::step_rows(const std::vector<int64_t>& r, const std::vector<int64_t>& ids) { return rows().step(r, ids); }
+at::Tensor ModelTarget::extend_row(int64_t row, const std::vector<int64_t>& ids) { return rows().extend(row, ids)[0]; }
 int64_t ModelTarget::fork_row(int64_t row) { return rows().fork(row); }
 void ModelTarget::truncate_row(int64_t row, int64_t n) { rows().truncate(row, n); }
 void ModelTarget::release_row(int64_t row) { rows().release(row); }

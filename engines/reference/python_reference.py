@@ -14,6 +14,7 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     temperature-multiplies     scores multiplied by the temperature instead of divided
     top-k-widens       top-k keeps the k + 1 best
     f16-cache          keys and values stored in float16 (a cache bug under our fp32 contract)
+    chunk-positions-restart  `extend` numbers a chunk's tokens from 0, not from the row's next position
   what real engines do on purpose:
     seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
     top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
@@ -23,7 +24,8 @@ TINYGPT_ENGINE_DECLARE=a,b adds `deviations` to the hello answer (e.g. gelu-tanh
 Protocol 2 (rows by id: ragged prefills, rows joining and leaving, fork, truncate): each row keeps
 its own cache, every entry it ever stored, and attends to its window (the newest `context` plus the
 new ones); a rollback past the window brings the older entries back, as SPEC 4's window over the
-remaining sequence requires. TINYGPT_ENGINE_PROTOCOL=1 makes it a protocol 1 engine again.
+remaining sequence requires. Protocol 3 adds `extend` (several tokens appended to a row in one
+request). TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
 """
 import json
 import math
@@ -39,12 +41,13 @@ import series_reference as ref  # noqa: E402
 
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
-         "top-k-widens", "f16-cache", "seed-sampler", "top-k-exact", "gelu-tanh"}
+         "top-k-widens", "f16-cache", "chunk-positions-restart", "seed-sampler", "top-k-exact", "gelu-tanh"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
 
 # The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
-PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "2"))
+PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "3"))
+OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench"], 3: ["ragged", "join", "fork", "truncate", "bench", "extend"]}
 
 
 def has(name):
@@ -158,6 +161,18 @@ class Engine:
             row = self.rows[rid]
             out.append(row_forward(self.model, torch.tensor([r], dtype=torch.long), row, row["pos"]).tolist())
             row["pos"] += 1
+        return out
+
+    def extend(self, rid, ids):
+        """Several tokens appended to a row in one call, at its next positions: (V) logits of the last."""
+        if rid not in self.rows or not ids:
+            raise ValueError("row %r is not live, or no ids" % rid)
+        row = self.rows[rid]
+        if row["pos"] + len(ids) > self.model.c["context"]:
+            raise ValueError("a chunk must end inside the window")
+        start = 0 if has("chunk-positions-restart") else row["pos"]
+        out = row_forward(self.model, torch.tensor([ids], dtype=torch.long), row, start).tolist()
+        row["pos"] += len(ids)
         return out
 
     def fork(self, rid):
@@ -283,10 +298,11 @@ def main():
             if op == "hello":
                 out = {"ok": True, "name": "python-reference" + (" (%s)" % ",".join(sorted(VARIANTS)) if VARIANTS else ""),
                        "formats": ["pt"]}
-                rows_mode = PROTOCOL >= 2 and req.get("protocol", 1) >= 2
+                spoken = min(PROTOCOL, req.get("protocol", 1))
+                rows_mode = spoken >= 2
                 if rows_mode:
-                    out["protocol"] = 2
-                    out["operations"] = ["ragged", "join", "fork", "truncate", "bench"]
+                    out["protocol"] = spoken
+                    out["operations"] = OPERATIONS[spoken]
                 if DECLARE:
                     out["deviations"] = DECLARE
             elif op == "load":
@@ -303,6 +319,8 @@ def main():
                 out = {"ok": True, "logits": engine.step_rows(req.get("rows", sorted(engine.rows)), req["ids"])}
             elif op in ("prefill", "step"):
                 out = {"ok": True, "logits": engine.run(req["ids"], op == "step")}
+            elif op == "extend" and rows_mode:
+                out = {"ok": True, "logits": [engine.extend(req["row"], req["ids"])]}
             elif op == "fork":
                 out = {"ok": True, "row": engine.fork(req["row"])}
             elif op == "truncate":

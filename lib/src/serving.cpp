@@ -155,6 +155,21 @@ at::Tensor RowBatch::step(const std::vector<int64_t>& rows, const std::vector<in
   return out;
 }
 
+at::Tensor RowBatch::extend(int64_t row, const std::vector<int64_t>& ids) {
+  Slot& s = live(row);
+  const int64_t T = static_cast<int64_t>(ids.size()), ctx = model_.config().context;
+  if (T < 1) throw std::invalid_argument("RowBatch::extend: no tokens");
+  if (s.next + T > ctx)
+    throw std::invalid_argument("RowBatch::extend: a chunk of " + std::to_string(T) + " tokens at position " + std::to_string(s.next) +
+                                " ends past the " + std::to_string(ctx) + "-token window");
+  at::Tensor idx = at::tensor(ids, at::kLong).view({1, T});
+  check_token_ids(idx, model_.config().vocab_size, "RowBatch::extend");
+  at::Tensor pos = (at::arange(T, at::kLong) + s.next).view({1, T});  // (1, T): the row's own positions
+  at::Tensor out = run({row}, idx.to(model_.emb->weight.device()), pos, {0});
+  s.next += T;
+  return out;
+}
+
 int64_t RowBatch::fork(int64_t row) {
   Slot& parent = live(row);
   auto copy = parent.cache->clone();

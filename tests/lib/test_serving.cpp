@@ -124,5 +124,32 @@ TEST_F(Serving, ACacheThatCannotForkSaysWhy) {
   EXPECT_THROW(rolling.step({r + 5}, {1}), std::invalid_argument) << "a row not in the batch";
 }
 
+// A prompt fed in chunks through extend (each at the row's next positions, seeing the row's entries)
+// equals the prompt prefilled at once, on both cache kinds, and decoding goes on from it unchanged;
+// a chunk that would end past the window is refused.
+TEST_F(Serving, AChunkedPromptEqualsThePromptAtOnce) {
+  const std::vector<int64_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  for (bool rolling : {true, false}) {
+    SCOPED_TRACE(rolling ? "rolling" : "static");
+    auto make = [this, rolling]() -> std::unique_ptr<KVCache> {
+      if (rolling) return std::make_unique<RollingKVCache>(cfg);
+      return std::make_unique<StaticKVCache>(cfg);
+    };
+    RowBatch whole(*model, make, DecodePath{}), chunked(*model, make, DecodePath{});
+    at::Tensor a, b;
+    const int64_t w = whole.add({prompt}, a)[0];
+    const int64_t c = chunked.add({{1, 2, 3}}, b)[0];
+    chunked.extend(c, {4});
+    chunked.extend(c, {5, 6, 7, 8});
+    b = chunked.extend(c, {9, 10, 11});
+    EXPECT_EQ(chunked.next_position(c), 11);
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-5);
+    const at::Tensor sa = whole.step({w}, {12}), sb = chunked.step({c}, {12});
+    EXPECT_LT((sa - sb).abs().max().item<double>(), 1e-5) << "decoding goes on from the chunked prefill";
+    EXPECT_THROW(chunked.extend(c, {1, 2, 3, 4, 5}), std::invalid_argument) << "positions 12..16 end past the 16-token window";
+    EXPECT_THROW(chunked.extend(c, {}), std::invalid_argument);
+  }
+}
+
 }  // namespace
 }  // namespace tinygpt

@@ -20,10 +20,33 @@ namespace {
 
 using nlohmann::json;
 
+// The highest protocol this suite speaks (docs/protocol.md); hello offers it, the engine answers its own.
+constexpr int kProtocol = 3;
+
 bool selected(const std::vector<std::string>& groups, const std::string& g) {
   for (const auto& c : groups)
     if (c == "all" || c == g) return true;
   return false;
+}
+
+// The fields of hello that the suite reads, each of the type docs/protocol.md gives it; an engine
+// that answers otherwise cannot be talked to (exit 2), rather than being half understood.
+void check_hello(const json& h) {
+  auto bad = [&](const std::string& what) { throw EngineUnusable("engine: 'hello' answered " + what + ": " + engine_text(h.dump(-1, ' ', false, json::error_handler_t::replace))); };
+  if (h.contains("name") && !h["name"].is_string()) bad("a \"name\" that is not a string");
+  if (h.contains("protocol")) {
+    if (!h["protocol"].is_number_integer()) bad("a \"protocol\" that is not an integer");
+    const int64_t p = h["protocol"].get<int64_t>();
+    if (p < 1 || p > kProtocol)
+      bad("protocol " + std::to_string(p) + ", which this suite does not speak (it speaks 1 to " + std::to_string(kProtocol) + ")");
+  }
+  for (const char* list : {"operations", "formats", "deviations"}) {
+    if (!h.contains(list)) continue;
+    if (!h[list].is_array()) bad(std::string("a \"") + list + "\" that is not a list");
+    for (const auto& e : h[list])
+      if (!e.is_string()) bad(std::string("a \"") + list + "\" entry that is not a string");
+  }
+  if (h.contains("sampler") && !h["sampler"].is_boolean()) bad("a \"sampler\" that is not true or false");
 }
 
 // The row of one declared deviation: what it relaxes (derived from the check table), or that this
@@ -99,11 +122,12 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   m.model = model_from_checkpoint(m.ck, c10::Device(c10::kCPU), m.checkpoint);
   const Config& cfg = m.model->config();
   m.proc = std::make_unique<EngineProcess>(command, timeout_s);
-  m.hello = m.proc->call({{"op", "hello"}, {"protocol", 2}});
+  m.hello = m.proc->call({{"op", "hello"}, {"protocol", kProtocol}});
   if (!m.hello["ok"].get<bool>()) throw EngineUnusable("engine: 'hello' answered ok false: " + m.hello["error"].get<std::string>());
+  check_hello(m.hello);
   m.name = m.hello.value("name", std::string("(unnamed)"));
-  m.protocol = m.hello.contains("protocol") && m.hello["protocol"].is_number_integer() ? m.hello["protocol"].get<int>() : 1;
-  if (m.protocol >= 2 && m.hello.contains("operations") && m.hello["operations"].is_array())
+  m.protocol = m.hello.contains("protocol") ? m.hello["protocol"].get<int>() : 1;
+  if (m.protocol >= 2 && m.hello.contains("operations"))
     for (const auto& op : m.hello["operations"])
       if (op.is_string()) m.operations.push_back(op.get<std::string>());
   const auto& known = export_formats();

@@ -16,6 +16,12 @@
 
 namespace tinygpt::checks {
 
+// Text an engine sent, made safe for a terminal and for every report: invalid UTF-8, the
+// non-characters U+FFFE and U+FFFF, and control characters other than tab written as "\xNN" (so an
+// escape sequence prints as text, never as a command to the terminal), and cut at a character
+// boundary to at most `max_bytes` bytes, "..." marking the cut.
+std::string engine_text(const std::string& s, size_t max_bytes = 200);
+
 // Parses one response line: a JSON object with a boolean "ok", and a string "error" when ok is
 // false. Throws EngineUnusable naming the request otherwise. (Kept apart so it can be fuzzed.)
 nlohmann::json parse_response(const std::string& line, const std::string& op);

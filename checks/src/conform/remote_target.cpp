@@ -60,6 +60,7 @@ at::Tensor RemoteTarget::step(const at::Tensor& ids) {
 
 std::string RemoteTarget::serving_unsupported(const std::string& op) const {
   if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
+  if (protocol_ < 3 && op == "extend") return "the engine speaks protocol 2 (extend is protocol 3's)";
   if (!op.empty() && std::find(operations_.begin(), operations_.end(), op) == operations_.end())
     return "the engine does not support " + op + " (its hello's operations: " + json(operations_).dump() + ")";
   return "";
@@ -96,6 +97,9 @@ at::Tensor RemoteTarget::step_rows(const std::vector<int64_t>& rows, const std::
   return logits(ok({{"op", "step"}, {"rows", rows}, {"ids", col}}), static_cast<int64_t>(rows.size()), "step");
 }
 
+at::Tensor RemoteTarget::extend_row(int64_t row, const std::vector<int64_t>& ids) {
+  return logits(ok({{"op", "extend"}, {"row", row}, {"ids", ids}}), 1, "extend")[0];
+}
 int64_t RemoteTarget::fork_row(int64_t row) { return row_id(ok({{"op", "fork"}, {"row", row}}), "fork"); }
 void RemoteTarget::truncate_row(int64_t row, int64_t n) { ok({{"op", "truncate"}, {"row", row}, {"n", n}}); }
 void RemoteTarget::release_row(int64_t row) { ok({{"op", "release"}, {"row", row}}); }

@@ -39,10 +39,12 @@ class RemoteTarget final : public DecodeTarget {
   std::vector<std::string> deviations() const override { return deviations_; }
   std::string loop_name() const override { return "engine"; }
 
-  // Protocol 2: rows by id. Supported when hello says "protocol": 2 and lists the operation.
+  // Protocols 2 and 3: rows by id. An operation is supported when hello's protocol has it and its
+  // "operations" list names it (extend is protocol 3's).
   std::string serving_unsupported(const std::string& op) const override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
+  at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
   int64_t fork_row(int64_t row) override;
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;

@@ -86,6 +86,23 @@ StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logit
   return band;
 }
 
+StepDiffs judge_positions(CheckResult& r, const Tolerances& t, const at::Tensor& got, const at::Tensor& ref,
+                          const std::vector<int64_t>& positions) {
+  const StepDiffs d = compare_steps(got, ref, 0, t.logits);
+  const bool ok = within(r, d, t, t.logits);
+  auto at = [&](int64_t i) { return positions.at(static_cast<size_t>(i)); };
+  std::string where;
+  if (d.first_position_over) {
+    const int64_t i = *d.first_position_over;
+    where = "first over " + sci(t.logits) + " at position " + std::to_string(at(i)) + " (|diff| " + sci(d.diffs[i]) +
+            ", top-2 margin there " + sci(top2_margin(ref.select(1, i))) + ")";
+  } else {
+    where = "worst |diff| " + sci(d.worst) + (d.worst_position >= 0 ? " at position " + std::to_string(at(d.worst_position)) : "");
+  }
+  set(r, ok, where + " over " + std::to_string(positions.size()) + " positions; " + stats_line(d));
+  return d;
+}
+
 // 1. The target's greedy tokens against the uncached run: the first context - T0 must match (SPEC 4).
 void tokens_check(CheckContext& c, CheckResult& r) {
   const Generation& main = c.main();

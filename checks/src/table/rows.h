@@ -19,6 +19,12 @@ void set_result(CheckResult& r, bool ok, std::string detail);
 // the bounds in force; fills `r` (verdict, detail, statistics) and returns the banded comparison.
 StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logits, const StepReference& ref, int64_t prompt_len);
 
+// Logits observed at chosen positions of one sequence, got (1, m, V), against the reference's at the
+// same positions, ref (1, m, V) (position p predicts the token after p): judged at the bounds in
+// force like judge_row, the detail naming the position where it parts. Returns the comparison.
+StepDiffs judge_positions(CheckResult& r, const Tolerances& t, const at::Tensor& got, const at::Tensor& ref,
+                          const std::vector<int64_t>& positions);
+
 // --- serving rows: rows of a running batch, each judged against its own sequence alone ---
 
 // Serving rows run until their rows are this far past the window (every past-window serving fault

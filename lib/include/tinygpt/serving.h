@@ -61,6 +61,11 @@ class RowBatch {
   std::vector<int64_t> add(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits);
   // One token for each of `rows` (ids (R)), decoded in one batch, each at its own next position: (R, V).
   at::Tensor step(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
+  // Several tokens for one row in one call (a chunk of a prompt, or tokens appended after generating),
+  // at its next positions, each seeing the row's entries and the chunk's earlier tokens: (1, V), the
+  // last new position's logits. The chunk must end inside the window (positions < context): past it
+  // SPEC 4's rolling window differs for every query of the chunk.
+  at::Tensor extend(int64_t row, const std::vector<int64_t>& ids);
   // A new row continuing from `row`'s state; returns its id.
   int64_t fork(int64_t row);
   // Drops the newest n tokens of `row` (a rejected draft).

@@ -64,14 +64,17 @@ class DecodeTarget {
   virtual std::string loop_name() const { return "target"; }
 
   // --- Serving operations: rows of a running batch, by id (docs/protocol.md, protocol 2) ---
-  // "" when the target supports `op` (ragged, join, fork, truncate); else why not (the serving checks
-  // are then skipped, saying so).
+  // "" when the target supports `op` (ragged, join, fork, truncate, extend); else why not (the rows
+  // that need it are then skipped, saying so).
   virtual std::string serving_unsupported(const std::string& op) const { return "the target does not support " + op; }
   // New rows from prompts of any lengths (each at its own positions from 0), prefilled together, next
   // to any rows already running: their ids; `logits` (R, V) each one's last position.
   virtual std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits);
   // One token for each listed row (ids, one per row), each at its own next position: (R, V).
   virtual at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
+  // Several tokens appended to `row` in one call (a prompt in chunks, or tokens added after
+  // generating), each at its own next position: (V), the last new position's logits. Protocol 3.
+  virtual at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids);
   // A new row continuing from `row`: its id.
   virtual int64_t fork_row(int64_t row);
   // Drops the newest n tokens of `row` (a rejected draft).
@@ -105,6 +108,7 @@ class ModelTarget final : public DecodeTarget {
   std::string serving_unsupported(const std::string& op) const override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
+  at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
   int64_t fork_row(int64_t row) override;
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;
