@@ -463,6 +463,49 @@ TEST_F(Harness, TheProductionCachesPassWhatServingEnginesDo) {
   EXPECT_NE(r.checks[0].detail.find("ring"), std::string::npos) << r.checks[0].detail;
 }
 
+// A target that forwards to our model, except that a chunk appended to a row loses its first token:
+// the bug of engines whose cache misses the last generated token when tokens are appended after
+// generating (a chunk of a prompt loses its first token the same way).
+class ChunkLosesItsFirstToken final : public DecodeTarget {
+ public:
+  ChunkLosesItsFirstToken(GPT model, const CacheVariant& v) : inner_(std::move(model), v) {}
+  std::string name() const override { return "planted: a chunk loses its first token"; }
+  int64_t context() const override { return inner_.context(); }
+  void reset() override { inner_.reset(); }
+  at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
+  at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
+  std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
+  std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
+  at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
+  at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override {
+    if (ids.size() < 2) return inner_.extend_row(row, ids);
+    return inner_.extend_row(row, std::vector<int64_t>(ids.begin() + 1, ids.end()));
+  }
+  void release_row(int64_t row) override { inner_.release_row(row); }
+
+ private:
+  ModelTarget inner_;
+};
+
+TEST_F(Harness, ChunkedPrefillPassesOurCachesAndFailsAChunkThatLosesAToken) {
+  for (const char* name : {"rolling", "static"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, opts, t, {check::kChunkedPrefill});
+    EXPECT_EQ(r.checks[0].status, Status::Pass) << name << ": " << r.checks[0].detail;
+    EXPECT_LT(*r.checks[0].figure, 1e-5) << name;
+  }
+  ChunkLosesItsFirstToken bad(model, cache_registry().get("static"));
+  const auto r = run_checks(model, opts, bad, {check::kChunkedPrefill});
+  EXPECT_EQ(r.checks[0].status, Status::Fail) << r.checks[0].detail;
+  EXPECT_NE(r.checks[0].detail.find("one-pass prefill"), std::string::npos) << r.checks[0].detail;
+  // A target without the operation is skipped, saying so.
+  CacheVariant ring;
+  ring.name = "ring";
+  ring.make_cache = [](const Config& c) { return std::make_unique<RingKVCache>(c); };
+  ModelTarget t(model, ring);
+  EXPECT_EQ(run_checks(model, opts, t, {check::kChunkedPrefill}).checks[0].status, Status::Skipped);
+}
+
 // --require-batch-invariance: a difference under the tolerance fails only when asked.
 TEST_F(Harness, BatchInvarianceFailsOnlyWhenRequired) {
   ModelTarget t(model, cache_registry().get("rolling"));

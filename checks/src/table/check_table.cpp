@@ -26,6 +26,8 @@ void join_leave_check(CheckContext&, CheckResult&);
 void fork_check(CheckContext&, CheckResult&);
 void rollback_check(CheckContext&, CheckResult&);
 void batch_sizes_check(CheckContext&, CheckResult&);
+// chunked_prefill.cpp
+void chunked_prefill_check(CheckContext&, CheckResult&);
 
 namespace {
 
@@ -85,6 +87,11 @@ std::vector<CheckDef> make_table() {
        "batch sizes 1-8: every row within the tolerance of itself alone; bitwise invariance measured", batch_sizes_check,
        static_cast<Tags>(Tag::Serving), Judge::Invariance, "", Cost::Runs,
        "a row over the tolerance from itself alone; with --require-batch-invariance, any difference"},
+      {check::kChunkedPrefill,
+       "a prompt prefilled in chunks (1, 2, 7, 16, 64 and an odd split) equals the one-pass prefill and the reference at "
+       "every chunk's end and after; a row extended by several tokens after generating equals the reference",
+       chunked_prefill_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "extend", Cost::Run,
+       "a chunk's positions restarting at the chunk, the last generated token missing from the cache"},
   };
   std::set<std::string> names;
   for (const auto& c : t) {

@@ -21,6 +21,7 @@ inline constexpr const char kJoinLeave[] = "join-leave";
 inline constexpr const char kFork[] = "fork";
 inline constexpr const char kRollback[] = "rollback";
 inline constexpr const char kBatchSizes[] = "batch-sizes";
+inline constexpr const char kChunkedPrefill[] = "chunked-prefill";
 
 // The prefix of every sampler row's name.
 inline constexpr const char kSamplerPrefix[] = "sampler/";

@@ -1,0 +1,136 @@
+// chunked-prefill: a prompt prefilled in chunks (a request per chunk, each appended to the row with
+// extend) equals the one-pass prefill and the reference at every chunk's end and in the steps after;
+// and a row extended by several tokens after it generated equals the reference (the bugs engines
+// have had there: a chunk's positions restarting at the chunk, the last generated token missing from
+// the cache, logits wrong only when the prompt is longer than a micro-batch). Inside the window: a
+// chunk that crossed the window's edge would see another window for each of its queries.
+#include <ATen/ATen.h>
+
+#include <numeric>
+
+#include "rows.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+// The run's lengths, scaled to the window (the fixture's 256: a 97-token prompt, 16 steps after it;
+// continue after generate: a 20-token prompt, 8 steps, 12 tokens appended, 8 more steps).
+struct Lengths {
+  int64_t prompt, decode_after, first_prompt, generated, appended;
+  explicit Lengths(int64_t context)
+      : prompt(std::min<int64_t>(97, context / 2 - 1)), decode_after(std::min<int64_t>(16, context / 8)),
+        first_prompt(std::min<int64_t>(20, context / 4)), generated(std::min<int64_t>(8, context / 8)),
+        appended(std::min<int64_t>(12, context / 4)) {}
+};
+
+// The chunk sizes of each prefill of an L-token prompt: every size in turn (the last chunk takes
+// what is left), and one split at odd places (37 + 23 + 37 of 97).
+std::vector<std::vector<int64_t>> chunkings(int64_t L) {
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t size : {1, 2, 7, 16, 64}) {
+    std::vector<int64_t> c;
+    for (int64_t done = 0; done < L; done += size) c.push_back(std::min(size, L - done));
+    out.push_back(c);
+  }
+  const int64_t a = L / 3 + 5, b = L / 4 - 1;
+  out.push_back({a, b, L - a - b});
+  return out;
+}
+
+// "of 16" for equal chunks (the last takes the rest), "37+23+37" for a split.
+std::string label(const std::vector<int64_t>& sizes) {
+  bool equal = true;
+  for (size_t k = 0; k + 1 < sizes.size(); ++k) equal = equal && sizes[k] == sizes[0];
+  if (equal) return "of " + std::to_string(sizes[0]);
+  std::string s;
+  for (int64_t n : sizes) s += (s.empty() ? "" : "+") + std::to_string(n);
+  return s;
+}
+
+// What one row's run showed: its sequence, and the logits seen at some of its positions.
+struct Seen {
+  std::vector<int64_t> seq;
+  std::vector<int64_t> positions;
+  std::vector<at::Tensor> logits;  // (V) each, predicting seq[position + 1]
+  void add(int64_t position, const at::Tensor& l) { positions.push_back(position), logits.push_back(l.to(at::kCPU)); }
+};
+
+// Greedy steps of `row`, each chosen from the logits seen last.
+void decode(DecodeTarget& t, int64_t row, int64_t n, Seen& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    s.seq.push_back(top1(s.logits.back()));
+    s.add(static_cast<int64_t>(s.seq.size()) - 1, t.step_rows({row}, {s.seq.back()}).to(at::kCPU)[0]);
+  }
+}
+
+// The seen logits against the reference over the row's own sequence; false (and `r` says where) when over.
+bool judge(CheckContext& c, CheckResult& r, const Seen& s, const std::string& what) {
+  std::vector<int64_t> full(s.seq.begin(), s.seq.end());
+  full.push_back(0);  // the last seen logits predict a token not chosen yet: any id, it is never read
+  const at::Tensor seq = at::tensor(full, at::kLong).unsqueeze(0).to(c.opts.prompt.device());  // (1, L + 1)
+  const StepReference ref = reference_for(c.model, seq, 1, seq.size(1) - 1);                   // full: (1, L, V)
+  const at::Tensor idx = at::tensor(s.positions, at::kLong).to(ref.full.device());
+  judge_positions(r, c.tol(), at::stack(s.logits, 0).unsqueeze(0), ref.full.index_select(1, idx), s.positions);
+  if (!r.ok()) r.detail = what + ": " + r.detail;
+  return r.ok();
+}
+
+}  // namespace
+
+void chunked_prefill_check(CheckContext& c, CheckResult& r) {
+  const int64_t V = c.model->config().vocab_size;
+  const Lengths n(c.model->config().context);
+  const std::vector<int64_t> prompt = serving_prompt(n.prompt, 0, V);
+  c.target.reset();
+  at::Tensor logits;
+  const int64_t whole = c.target.add_rows({prompt}, logits)[0];
+  const at::Tensor one_pass = logits.to(at::kCPU)[0];  // (V)
+  c.target.release_row(whole);
+  double worst_vs_one_pass = 0;
+  for (const auto& sizes : chunkings(n.prompt)) {
+    const std::string what = "chunks " + label(sizes);
+    c.target.reset();
+    Seen s;
+    s.seq.assign(prompt.begin(), prompt.begin() + sizes[0]);
+    const int64_t row = c.target.add_rows({s.seq}, logits)[0];
+    s.add(sizes[0] - 1, logits.to(at::kCPU)[0]);
+    for (size_t k = 1; k < sizes.size(); ++k) {
+      const int64_t from = static_cast<int64_t>(s.seq.size());
+      const std::vector<int64_t> chunk(prompt.begin() + from, prompt.begin() + from + sizes[k]);
+      s.seq.insert(s.seq.end(), chunk.begin(), chunk.end());
+      s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.extend_row(row, chunk));
+    }
+    const double d = (s.logits.back() - one_pass).abs().max().item<double>();
+    worst_vs_one_pass = std::max(worst_vs_one_pass, d);
+    if (!(d <= c.tol().logits))
+      return set_result(r, false, what + ": the prompt's last logits differ from the one-pass prefill by " + sci(d) + " > " +
+                                      sci(c.tol().logits));
+    decode(c.target, row, n.decode_after, s);
+    if (!judge(c, r, s, what)) return;
+  }
+  // Continue after generate: tokens appended in one request to a row that has been decoding.
+  c.target.reset();
+  Seen s;
+  s.seq = serving_prompt(n.first_prompt, 1, V);
+  const int64_t row = c.target.add_rows({s.seq}, logits)[0];
+  s.add(n.first_prompt - 1, logits.to(at::kCPU)[0]);
+  decode(c.target, row, n.generated, s);
+  s.seq.push_back(top1(s.logits.back()));  // the last generated token, appended with the new ones
+  const std::vector<int64_t> more = serving_prompt(n.appended, 2, V);
+  std::vector<int64_t> appended = {s.seq.back()};
+  appended.insert(appended.end(), more.begin(), more.end());
+  s.seq.insert(s.seq.end(), more.begin(), more.end());
+  s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.extend_row(row, appended));
+  decode(c.target, row, n.generated, s);
+  if (!judge(c, r, s, "extended by " + std::to_string(appended.size()) + " tokens after " + std::to_string(n.generated) + " steps"))
+    return;
+  r.figure = std::max(worst_vs_one_pass, r.figure.value_or(0));
+  const auto odd = chunkings(n.prompt).back();
+  set_result(r, true, "a " + std::to_string(n.prompt) + "-token prompt in chunks of 1, 2, 7, 16, 64 and " + label(odd) +
+                          ": its last logits equal the one-pass prefill (worst |diff| " + sci(worst_vs_one_pass) +
+                          ") and every chunk's end and " + std::to_string(n.decode_after) + " steps after equal the reference; a row extended by " +
+                          std::to_string(appended.size()) + " tokens after generating equals it too (" + r.detail + ")");
+}
+
+}  // namespace tinygpt::checks
