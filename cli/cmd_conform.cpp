@@ -47,8 +47,10 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--self-tolerance", c.tolerance.self,
                   "largest |logit difference| between the engine's cached steps and its own prefill (the self check)")
       ->capture_default_str()->check(kPositive);
-  cmd->add_option("--self-stride", c.self_stride, "the self check prefills every Nth step inside the window (1: every step)")
-      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--self-stride", c.self_stride,
+                  "the self check prefills every Nth step inside the window and the last (1: every step). Default: the "
+                  "first 16 steps, every 16th, the 8 more where the run's top-2 margin is smallest, and the last")
+      ->check(kPositive);
   cmd->add_option("--max-kl", o->max_kl,
                   "judge the logit checks by mean KL(reference || engine) per step instead of --tolerance (an approximate engine)")
       ->check(kPositive);
@@ -58,6 +60,9 @@ Command add_conform(CLI::App& app) {
                 "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
   cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
+  cmd->add_flag("--require-thread-invariance", c.require_thread_invariance,
+                "fail thread-counts on any difference between the run at 1 thread and at 2 or every core (default: only over "
+                "the tolerance; the engine must offer the threads operation)");
   cmd->add_option("--timeout", c.timeout_s, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
   cmd->add_option("--checks", c.groups,
                   "run only these: model check names (" + checks::model_check_list() + ")\n"

@@ -125,6 +125,7 @@ Command add_verify(CLI::App& app) {
     int64_t tokens = 600;
     std::string faults = "all";
     bool require_batch_invariance = false;
+    bool require_thread_invariance = false;
     ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
@@ -146,6 +147,9 @@ Command add_verify(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--require-batch-invariance", o->require_batch_invariance,
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
+  cmd->add_flag("--require-thread-invariance", o->require_thread_invariance,
+                "fail thread-counts on any difference between a cache's run at 1 thread and at 2 or every core (default: "
+                "only over the tolerance)");
   o->report.add(cmd, /*bench=*/true);
   add_run_options(cmd, o->run);
   return {cmd, [o] {
@@ -155,6 +159,7 @@ Command add_verify(CLI::App& app) {
             vo.device = dev;
             vo.tokens = o->tokens;
             vo.require_batch_invariance = o->require_batch_invariance;
+            vo.require_thread_invariance = o->require_thread_invariance;
             if (o->faults != "all") {  // named faults are checked before the run too
               vo.faults.emplace();
               if (o->faults != "none") {

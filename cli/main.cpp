@@ -8,10 +8,26 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "runtime.h"
+#include "tinygpt/blas.h"
+#include "tinygpt/checks/golden.h"
+#include "tinygpt/device.h"
 #include "tinygpt/errors.h"
+#include "tinygpt/kernels.h"
+
+namespace {
+// What this tinygpt is and what it runs on: the build, LibTorch, the BLAS core, the decode kernels.
+std::string version() {
+  const tinygpt::CpuFeatures cpu = tinygpt::cpu_features();
+  return std::string("tinygpt-verify ") + TINYGPT_VERSION + " (commit " + tinygpt::checks::git_commit() + ")\n" +
+         "LibTorch " + tinygpt::libtorch_version() + "; BLAS: " + tinygpt::blas_info().to_string() + "\n" +
+         "decode kernels: " + tinygpt::to_string(tinygpt::kernel_path()) + "; CPU: " + tinygpt::cpu_model() + " (" + cpu.to_string() + ")";
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tinygpt::cli;
+  prepare_process(argc, argv);  // may re-execute this program once with the environment it needs (runtime.h)
   CLI::App app{
       "tinygpt - the series' 5.8M-parameter GPT in C++/LibTorch, and the harness that proves its\n"
       "KV cache and sampler right. Run `tinygpt <command> --help` for a command's options."};
@@ -19,6 +35,8 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "Show every command's options");
   register_commands(app);
   try {
+    app.set_version_flag("--version", version, "The version, and the LibTorch, BLAS core and decode kernels it runs on");
+    tinygpt::kernel_path();  // TINYGPT_KERNELS names a path this CPU cannot run: one line, exit 2
     app.parse(argc, argv);
     return run_selected(app);
   } catch (const CLI::ParseError& e) {

@@ -25,8 +25,8 @@ nlohmann::json read_bench_json(const std::string& path) {
 
 nlohmann::json report_provenance(c10::Device device) {
   const auto m = tools::MachineInfo::current(device);
-  return {{"commit", checks::git_commit()}, {"libtorch", m.libtorch}, {"blas", m.blas}, {"device", m.device},
-          {"threads", m.threads}, {"cpu", m.cpu}};
+  return {{"commit", checks::git_commit()}, {"libtorch", m.libtorch}, {"blas", m.blas}, {"blas_core", m.blas_core},
+          {"kernels", m.kernels}, {"device", m.device}, {"threads", m.threads}, {"cpu", m.cpu}};
 }
 
 void write_reports(const ReportFiles& files, const tools::ReportInput& in) {

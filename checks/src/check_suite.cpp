@@ -116,7 +116,7 @@ void validate(const EquivalenceOptions& opts) {
   if (opts.sampling.temperature == 0) throw std::invalid_argument("equivalence: the sampled check needs temperature > 0");
   const Tolerances& t = opts.tolerance;
   if (!(t.logits > 0) || !(t.self > 0)) throw std::invalid_argument("equivalence: tolerances must be > 0");
-  if (opts.self_stride < 1) throw std::invalid_argument("equivalence: self stride must be >= 1");
+  if (opts.self_stride < 0) throw std::invalid_argument("equivalence: self stride must be >= 0 (0: the default choice of steps)");
   if (t.max_kl && !(*t.max_kl > 0)) throw std::invalid_argument("--max-kl must be > 0");
   if (t.min_top1 && !(*t.min_top1 > 0 && *t.min_top1 <= 1)) throw std::invalid_argument("--min-top1 must be in (0, 1]");
 }
@@ -150,7 +150,7 @@ std::vector<std::string> model_checks_with(Tags all, Tags none) {
 std::vector<std::string> row_operation_checks() {
   std::vector<std::string> out;
   for (const auto& c : model_checks())
-    if (!c.op.empty()) out.push_back(c.name);
+    if (!c.op.empty() && c.is(Tag::Serving)) out.push_back(c.name);
   return out;
 }
 

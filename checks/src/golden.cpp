@@ -11,6 +11,7 @@
 #include "paths.h"
 #include "tinygpt/checks/sample_grid.h"
 #include "tinygpt/laws/selfcheck.h"
+#include "tinygpt/blas.h"
 #include "tinygpt/device.h"
 #include "tinygpt/errors.h"
 #include "tinygpt/generate.h"
@@ -111,6 +112,7 @@ Provenance current_provenance(c10::Device device, uint64_t seed) {
   p.device = device.str();
   p.threads = at::get_num_threads();
   p.cpu = device.is_cuda() ? "n/a" : cpu_model();
+  p.blas = device.is_cuda() ? "n/a" : blas_info().core;
   p.seed = seed;
   return p;
 }

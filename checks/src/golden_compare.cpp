@@ -116,7 +116,7 @@ CheckResult compare_trace(const std::string& name, const nlohmann::json& want, c
 
 nlohmann::json Provenance::to_json() const {
   return {{"commit", commit}, {"libtorch", libtorch}, {"device", device}, {"dtype", dtype},
-          {"threads", threads}, {"cpu", cpu},       {"seed", seed}};
+          {"threads", threads}, {"cpu", cpu},       {"blas", blas},     {"seed", seed}};
 }
 
 Provenance Provenance::from_json(const nlohmann::json& j) {
@@ -127,12 +127,14 @@ Provenance Provenance::from_json(const nlohmann::json& j) {
   p.dtype = j.at("dtype");
   p.threads = static_cast<int>(integer(j.at("threads"), "threads"));
   p.cpu = j.value("cpu", "unknown");
+  if (j.contains("blas") && j["blas"].is_string()) p.blas = j["blas"];
   p.seed = static_cast<uint64_t>(integer(j.at("seed"), "seed"));
   return p;
 }
 
 bool Provenance::same_environment(const Provenance& o) const {
-  return libtorch == o.libtorch && device == o.device && dtype == o.dtype && threads == o.threads && cpu == o.cpu;
+  return libtorch == o.libtorch && device == o.device && dtype == o.dtype && threads == o.threads && cpu == o.cpu &&
+         (blas.empty() || o.blas.empty() || blas == o.blas);
 }
 
 nlohmann::json read_golden_json(const std::string& path) {

@@ -1,8 +1,11 @@
 #include "tinygpt/checks/target.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include <stdexcept>
+
+#include "tinygpt/device.h"
 
 namespace tinygpt::checks {
 
@@ -39,6 +42,7 @@ at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { unsu
 int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
 void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
 void DecodeTarget::release_row(int64_t) { unsupported(*this); }
+int DecodeTarget::set_threads(int) { throw std::logic_error(serving_unsupported("threads")); }
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
     : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
@@ -54,7 +58,14 @@ void ModelTarget::reset() {
   rows_.reset();
 }
 
-std::string ModelTarget::serving_unsupported(const std::string&) const {
+int ModelTarget::set_threads(int n) {
+  const int before = at::get_num_threads();
+  tinygpt::set_threads(n);
+  return before;
+}
+
+std::string ModelTarget::serving_unsupported(const std::string& op) const {
+  if (op == "threads") return "";  // LibTorch's threads, whatever the cache
   // Rows decode through the model's own step at per-row positions (serving.h), not through a step
   // function bound to one cache: whether the variant's caches can be cloned and truncated decides.
   return variant_->make_cache(model_->config())->row_ops_unsupported();

@@ -73,6 +73,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   opts.prompt = main_prompt(dev);
   opts.tokens = o.tokens;
   opts.require_batch_invariance = o.require_batch_invariance;
+  opts.require_thread_invariance = o.require_thread_invariance;
   say("reference: uncached greedy run, full-forward and banded logits");
   const Reference ref = build_reference(fx.model, opts);
   InjectionOptions io;

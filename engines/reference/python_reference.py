@@ -15,6 +15,7 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     top-k-widens       top-k keeps the k + 1 best
     f16-cache          keys and values stored in float16 (a cache bug under our fp32 contract)
     chunk-positions-restart  `extend` numbers a chunk's tokens from 0, not from the row's next position
+    threads-race       one logit moves whenever the engine runs on more than one thread
   what real engines do on purpose:
     seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
     top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
@@ -25,7 +26,7 @@ Protocol 2 (rows by id: ragged prefills, rows joining and leaving, fork, truncat
 its own cache, every entry it ever stored, and attends to its window (the newest `context` plus the
 new ones); a rollback past the window brings the older entries back, as SPEC 4's window over the
 remaining sequence requires. Protocol 3 adds `extend` (several tokens appended to a row in one
-request). TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
+request). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
 """
 import json
 import math
@@ -41,13 +42,14 @@ import series_reference as ref  # noqa: E402
 
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
-         "top-k-widens", "f16-cache", "chunk-positions-restart", "seed-sampler", "top-k-exact", "gelu-tanh"}
+         "top-k-widens", "f16-cache", "chunk-positions-restart", "threads-race", "seed-sampler", "top-k-exact", "gelu-tanh"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
 
 # The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
 PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "3"))
-OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench"], 3: ["ragged", "join", "fork", "truncate", "bench", "extend"]}
+OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads"],
+              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "extend"]}
 
 
 def has(name):
@@ -329,6 +331,12 @@ def main():
             elif op == "release":
                 engine.rows.pop(req["row"], None)
                 out = {"ok": True}
+            elif op == "threads":
+                n = req.get("n")
+                if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                    raise ValueError("threads takes n, a positive integer")
+                out = {"ok": True, "before": torch.get_num_threads()}
+                torch.set_num_threads(n)
             elif op == "bench":
                 out = engine.bench(req["ids"], int(req["n"]), int(req.get("threads", 1)))
             elif op == "sample":
@@ -337,6 +345,9 @@ def main():
                 out = {"ok": False, "error": "unknown op %r" % op}
         except Exception as e:  # the suite reports it against the request that caused it
             out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+        if "threads-race" in VARIANTS and "logits" in out and torch.get_num_threads() > 1:
+            for row in out["logits"]:  # one logit moves when the work is split across threads
+                row[7] += 0.05
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 

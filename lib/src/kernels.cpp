@@ -13,7 +13,9 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -195,6 +197,28 @@ bool cpu_has_avx2_fma() {
 }
 #endif
 
+// The path in force: TINYGPT_KERNELS at first use, else the widest the CPU runs; set_kernel_path
+// changes it (tests and the bench run each path in turn).
+std::atomic<int>& path_in_force() {
+  static std::atomic<int> path{[] {
+    const auto available = kernel_paths_available();
+    const char* env = std::getenv("TINYGPT_KERNELS");
+    if (env && *env) {
+      const KernelPath p = kernel_path_from_string(env);  // an unknown name is refused
+      if (std::find(available.begin(), available.end(), p) == available.end())
+        throw std::invalid_argument(std::string("TINYGPT_KERNELS=") + env + ": this CPU cannot run the " + env + " path");
+      return static_cast<int>(p);
+    }
+    return static_cast<int>(available.back());
+  }()};
+  return path;
+}
+
+#ifdef TINYGPT_HAVE_AVX2_PATH
+// The AVX2/FMA code runs: the CPU has it and the path in force is it.
+bool avx2_in_force() { return path_in_force().load(std::memory_order_relaxed) == static_cast<int>(KernelPath::Avx2); }
+#endif
+
 // GELU, exact erf form, of one float: (x / 2) (1 + erf(x / sqrt 2)), written the way LibTorch's
 // vectorised GELU writes it (ATen's Vectorized<float>::erf: Abramowitz & Stegun 7.1.26, |erf error|
 // < 1.5e-7), with exp by the Cephes polynomial (within 2 ulp) where ATen calls Sleef. at::gelu on a
@@ -290,7 +314,7 @@ namespace raw {
 
 void gelu(float* y, int64_t n) {
 #ifdef TINYGPT_HAVE_AVX2_PATH
-  if (cpu_has_avx2_fma()) {
+  if (avx2_in_force()) {
     gelu_row_avx2(y, n);
     return;
   }
@@ -301,7 +325,7 @@ void gelu(float* y, int64_t n) {
 void matvec(const float* xp, const float* wp, const float* bp, const float* rp, float* yp, int64_t R, int64_t K, int64_t N,
             bool apply_gelu) {
 #ifdef TINYGPT_HAVE_AVX2_PATH
-  const bool avx2 = cpu_has_avx2_fma() && K % 8 == 0;
+  const bool avx2 = avx2_in_force() && K % 8 == 0;
 #endif
   // Blocks of four weight rows; a thread gets at least ~32k multiply-adds, so a fork (a few
   // microseconds, much more on shared cores) never costs more than the work it splits.
@@ -535,7 +559,7 @@ void attention_row(const float* q, const float* k, int64_t ks, const float* v, i
                    float* p) {
   const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd)));
 #ifdef TINYGPT_HAVE_AVX2_PATH
-  if (cpu_has_avx2_fma() && hd % 8 == 0 && hd / 8 <= kAttentionMaxVectors) {
+  if (avx2_in_force() && hd % 8 == 0 && hd / 8 <= kAttentionMaxVectors) {
     attention_row_avx2(q, k, ks, v, vs, y, S, hd, scale, p);
     return;
   }
@@ -579,6 +603,31 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V,
   at::Tensor att = at::matmul(q, K.transpose(-2, -1)) / std::sqrt(hd);  // (B, H, T, S)
   if (mask.defined()) att = att + mask;
   return at::matmul(at::softmax(att, -1), V);  // (B, H, T, hd)
+}
+
+const char* to_string(KernelPath p) { return p == KernelPath::Avx2 ? "avx2" : "portable"; }
+
+KernelPath kernel_path_from_string(const std::string& name) {
+  if (name == "portable") return KernelPath::Portable;
+  if (name == "avx2") return KernelPath::Avx2;
+  throw std::invalid_argument("unknown kernel path '" + name + "' (portable, avx2)");
+}
+
+std::vector<KernelPath> kernel_paths_available() {
+  std::vector<KernelPath> out = {KernelPath::Portable};
+#ifdef TINYGPT_HAVE_AVX2_PATH
+  if (cpu_has_avx2_fma()) out.push_back(KernelPath::Avx2);
+#endif
+  return out;
+}
+
+KernelPath kernel_path() { return static_cast<KernelPath>(path_in_force().load()); }
+
+void set_kernel_path(KernelPath p) {
+  const auto available = kernel_paths_available();
+  if (std::find(available.begin(), available.end(), p) == available.end())
+    throw std::invalid_argument(std::string("this CPU cannot run the ") + to_string(p) + " kernel path");
+  path_in_force().store(static_cast<int>(p));
 }
 
 }  // namespace tinygpt

@@ -18,6 +18,7 @@
 #include "tinygpt/tools/html_report.h"
 #include "tinygpt/checks/report.h"
 #include "tinygpt/ring_kv_cache.h"
+#include "rows.h"
 
 #include <ATen/Parallel.h>
 
@@ -386,6 +387,58 @@ TEST_F(Harness, AFaultThatThrowsIsAnErrorNotACatch) {
   EXPECT_EQ(j["faults"][0]["errors"].size(), f.checks.size());
 }
 
+// self's default steps: all of the first 16, every 16th, the 8 more of smallest margin, the last; an
+// explicit stride keeps every stride-th and the last.
+TEST(SelfSteps, TheFirstStepsEverySixteenthTheTightestAndTheLast) {
+  const int64_t inside = 254;
+  at::Tensor margins = at::linspace(1.0, 2.0, inside, at::kFloat);  // (inside)
+  // Ten near-ties: step 5 is among the first 16 anyway, so the 8 more are the next eight; 21, the
+  // loosest of them, is left out.
+  const std::vector<int64_t> tight = {5, 100, 101, 203, 250, 17, 18, 19, 20, 21};
+  for (size_t k = 0; k < tight.size(); ++k) margins[tight[k]] = 0.001f * static_cast<float>(k);
+  const SelfSteps s = self_steps(inside, 0, margins);
+  std::set<int64_t> got(s.steps.begin(), s.steps.end());
+  ASSERT_EQ(got.size(), s.steps.size());
+  for (int64_t i = 1; i <= kSelfFirstSteps; ++i) EXPECT_EQ(got.count(i), 1u) << i;
+  for (int64_t i = kSelfSpread; i < inside; i += kSelfSpread) EXPECT_EQ(got.count(i), 1u) << i;
+  for (int64_t i : {100, 101, 203, 250, 17, 18, 19, 20}) EXPECT_EQ(got.count(i), 1u) << "a tight step: " << i;
+  EXPECT_EQ(got.count(21), 0u) << "the ninth tightest outside the first steps";
+  EXPECT_EQ(got.count(inside - 1), 1u);
+  EXPECT_EQ(*got.begin(), 1);
+  EXPECT_EQ(s.steps.size(), static_cast<size_t>(kSelfFirstSteps + (inside - 1) / kSelfSpread - 1 + kSelfTightest + 1));
+  EXPECT_EQ(self_steps(inside, 1, margins).steps.size(), static_cast<size_t>(inside - 1));
+  const auto every8 = self_steps(inside, 8, margins).steps;
+  EXPECT_EQ(every8.front(), 1);
+  EXPECT_EQ(every8[1], 9);
+  EXPECT_EQ(every8.back(), inside - 1);
+  EXPECT_EQ(self_steps(3, 0, at::ones({3})).steps, (std::vector<int64_t>{1, 2}));
+}
+
+// self's default steps catch every fault that self at every step catches: on a model with the
+// fixture's window, each registered fault through self at stride 1 and at the default choice.
+TEST(SelfSteps, TheDefaultChoiceCatchesWhatEveryStepCatches) {
+  Config c = small_config();
+  c.d_model = 32;
+  c.n_heads = 2;
+  c.n_layers = 1;
+  c.context = 256;
+  GPT m(c, 5);
+  m->eval();
+  EquivalenceOptions every = options(at::tensor({1, 2, 3}, at::kLong).unsqueeze(0), 253);
+  every.self_stride = 1;
+  EquivalenceOptions chosen = every;
+  chosen.self_stride = 0;
+  int caught = 0;
+  for (const auto* v : cache_registry().all(/*faults=*/true)) {
+    ModelTarget a(m, *v), b(m, *v);
+    const auto all = run_checks(m, every, a, {check::kSelf}).checks[0];
+    const auto some = run_checks(m, chosen, b, {check::kSelf}).checks[0];
+    EXPECT_EQ(some.status, all.status) << v->name << ": every step: " << all.detail << "; default steps: " << some.detail;
+    caught += all.failed();
+  }
+  EXPECT_GE(caught, 4) << "self at every step catches the cache faults";
+}
+
 // The self check (a target against its own prefill) passes the correct caches and fails cache and
 // positioning bugs: the seed's check done inside the target.
 TEST_F(Harness, SelfPassesTheCachesAndFailsCacheBugs) {
@@ -506,6 +559,56 @@ TEST_F(Harness, ChunkedPrefillPassesOurCachesAndFailsAChunkThatLosesAToken) {
   EXPECT_EQ(run_checks(model, opts, t, {check::kChunkedPrefill}).checks[0].status, Status::Skipped);
 }
 
+// A target whose logits move by `shift` (at one id) whenever it runs on more than one thread: a race.
+class ThreadDependent final : public DecodeTarget {
+ public:
+  ThreadDependent(GPT model, const CacheVariant& v, double shift) : inner_(std::move(model), v), shift_(shift) {}
+  std::string name() const override { return "planted: logits depend on the thread count"; }
+  int64_t context() const override { return inner_.context(); }
+  void reset() override { inner_.reset(); }
+  at::Tensor prefill(const at::Tensor& ids) override { return moved(inner_.prefill(ids)); }
+  at::Tensor step(const at::Tensor& ids) override { return moved(inner_.step(ids)); }
+  std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
+  int set_threads(int n) override { return inner_.set_threads(n); }
+
+ private:
+  at::Tensor moved(at::Tensor l) {  // (B, V)
+    if (at::get_num_threads() > 1) l.select(-1, 7).add_(shift_);
+    return l;
+  }
+  ModelTarget inner_;
+  double shift_;
+};
+
+// thread-counts: our caches give the same run at 1, 2 and every core's threads (within the tolerance;
+// bitwise where measured so); a race over the tolerance fails, and one under it fails only when
+// --require-thread-invariance asks. The thread count is put back however the row ends.
+TEST_F(Harness, ThreadCountsPassOurCachesAndFailARace) {
+  const int before = at::get_num_threads();
+  EquivalenceOptions o = opts;
+  o.thread_counts = {1, 2, 3};
+  for (const char* name : {"rolling", "static"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, o, t, {check::kThreadCounts});
+    EXPECT_EQ(r.checks[0].status, Status::Pass) << name << ": " << r.checks[0].detail;
+    EXPECT_EQ(r.checks[0].stats.count("threads_2"), 1u) << name;
+    EXPECT_EQ(r.checks[0].stats.count("threads_3"), 1u) << name;
+    EXPECT_EQ(at::get_num_threads(), before) << name;
+  }
+  ThreadDependent race(model, cache_registry().get("static"), 0.05);
+  const auto bad = run_checks(model, o, race, {check::kThreadCounts});
+  EXPECT_EQ(bad.checks[0].status, Status::Fail) << bad.checks[0].detail;
+  EXPECT_NE(bad.checks[0].detail.find("2 threads"), std::string::npos) << bad.checks[0].detail;
+  EXPECT_EQ(at::get_num_threads(), before);
+  ThreadDependent tiny(model, cache_registry().get("static"), 1e-5);
+  EXPECT_EQ(run_checks(model, o, tiny, {check::kThreadCounts}).checks[0].status, Status::Pass);
+  o.require_thread_invariance = true;
+  ThreadDependent tiny2(model, cache_registry().get("static"), 1e-5);
+  const auto strict = run_checks(model, o, tiny2, {check::kThreadCounts});
+  EXPECT_EQ(strict.checks[0].status, Status::Fail) << strict.checks[0].detail;
+  EXPECT_GT(*strict.checks[0].figure, 0);
+}
+
 // --require-batch-invariance: a difference under the tolerance fails only when asked.
 TEST_F(Harness, BatchInvarianceFailsOnlyWhenRequired) {
   ModelTarget t(model, cache_registry().get("rolling"));
@@ -550,7 +653,7 @@ TEST(CheckTable, SelectionsAreDerivedFromTheTags) {
   EXPECT_EQ(std::count(ours.begin(), ours.end(), "self"), 0);
   const auto ops = row_operation_checks();
   for (const char* n : {"ragged", "join-leave", "fork", "rollback"}) EXPECT_EQ(std::count(ops.begin(), ops.end(), n), 1) << n;
-  for (const auto& c : model_checks()) EXPECT_EQ(std::count(ops.begin(), ops.end(), c.name), c.op.empty() ? 0 : 1) << c.name;
+  for (const auto& c : model_checks()) EXPECT_EQ(std::count(ops.begin(), ops.end(), c.name), !c.op.empty() && c.is(Tag::Serving) ? 1 : 0) << c.name;
   for (const auto& c : model_checks()) EXPECT_EQ(c.is(Tag::Serving) && c.op.empty(), c.name == "batch-sizes") << c.name;
   const auto conformed = conform_selection({"sampler"});
   for (const auto& n : conformed) EXPECT_FALSE(find_check(n).is(Tag::NeedsScores)) << n;

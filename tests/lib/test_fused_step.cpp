@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "kernel_paths.h"
+
 #include <chrono>
 
 #include "tinygpt/fused_step.h"
@@ -12,6 +14,8 @@
 
 namespace tinygpt {
 namespace {
+
+class FusedStep : public OnEveryKernelPath {};
 
 Config small() {
   Config c;
@@ -38,7 +42,7 @@ std::pair<at::Tensor, at::Tensor> both(GPT& model, const at::Tensor& prompt, int
   return {ra.stacked(), rb.stacked()};
 }
 
-TEST(FusedStep, EqualsTheModelsDecodeStepBitForBitAtEveryBatchSize) {
+TEST_P(FusedStep, EqualsTheModelsDecodeStepBitForBitAtEveryBatchSize) {
   Config cfg;  // the series' shapes: d 256, 4 heads of 64, 6 layers, context 256
   GPT model(cfg, 3);
   model->eval();
@@ -51,7 +55,7 @@ TEST(FusedStep, EqualsTheModelsDecodeStepBitForBitAtEveryBatchSize) {
   }
 }
 
-TEST(FusedStep, EqualsItAcrossTheCachesCompaction) {
+TEST_P(FusedStep, EqualsItAcrossTheCachesCompaction) {
   // Context 16: the buffer of 2 x (16 + 64) + 1 slots fills and the live entries move to the front
   // every ~80 steps; 400 steps cross that several times.
   const Config cfg = small();
@@ -63,7 +67,7 @@ TEST(FusedStep, EqualsItAcrossTheCachesCompaction) {
   EXPECT_TRUE(plain.equal(fused)) << "max |diff| " << (plain - fused).abs().max().item<double>();
 }
 
-TEST(FusedStep, LeavesWhatItDoesNotTakeToTheModelsStep) {
+TEST_P(FusedStep, LeavesWhatItDoesNotTakeToTheModelsStep) {
   Config cfg = small();
   GPT model(cfg, 7);
   model->eval();
@@ -83,7 +87,7 @@ TEST(FusedStep, LeavesWhatItDoesNotTakeToTheModelsStep) {
 // The profile `tinygpt bench --profile` prints: every part of every one-token step timed (a prefill
 // is the model's step and not counted), the parts inside the steps' own time, and nothing counted
 // once the profile is detached.
-TEST(FusedStep, ProfileTimesEveryPartOfItsSteps) {
+TEST_P(FusedStep, ProfileTimesEveryPartOfItsSteps) {
   const Config cfg = small();
   GPT model(cfg, 9);
   model->eval();
@@ -111,6 +115,8 @@ TEST(FusedStep, ProfileTimesEveryPartOfItsSteps) {
   fused(*model, at::tensor({7, 8}, at::kLong).view({2, 1}), cache, 32, Kernels::Decode);
   EXPECT_EQ(prof.steps, 30);
 }
+
+TINYGPT_ON_EVERY_KERNEL_PATH(FusedStep);
 
 }  // namespace
 }  // namespace tinygpt

@@ -13,6 +13,7 @@
 
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/conform.h"
+#include "tinygpt/blas.h"
 #include "tinygpt/device.h"
 #include "tinygpt/fused_step.h"
 #include "tinygpt/generate.h"
@@ -127,6 +128,9 @@ MachineInfo MachineInfo::current(c10::Device device) {
   m.cpu = cpu_model();
   m.libtorch = libtorch_version();
   m.blas = loaded_blas();
+  const BlasInfo b = blas_info();
+  m.blas_core = b.core.empty() ? b.library : b.core + " (chosen by " + b.chosen_by + ")";
+  m.kernels = to_string(kernel_path());
   m.reference_blas = m.blas.find("/blas/libblas") != std::string::npos;  // Debian's reference BLAS
   m.threads = at::get_num_threads();
   m.device = device.str();
@@ -134,8 +138,9 @@ MachineInfo MachineInfo::current(c10::Device device) {
 }
 
 nlohmann::json MachineInfo::to_json() const {
-  return {{"cpu", cpu}, {"threads", threads}, {"libtorch", libtorch}, {"blas", blas},
-          {"reference_blas", reference_blas}, {"device", device}, {"product_flops_s", product_flops_s}};
+  return {{"cpu", cpu},           {"threads", threads}, {"libtorch", libtorch}, {"blas", blas},
+          {"blas_core", blas_core}, {"kernels", kernels}, {"reference_blas", reference_blas}, {"device", device},
+          {"product_flops_s", product_flops_s}};
 }
 
 BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<void(const std::string&)>& progress) {

@@ -28,6 +28,8 @@ void rollback_check(CheckContext&, CheckResult&);
 void batch_sizes_check(CheckContext&, CheckResult&);
 // chunked_prefill.cpp
 void chunked_prefill_check(CheckContext&, CheckResult&);
+// thread_counts.cpp
+void thread_counts_check(CheckContext&, CheckResult&);
 
 namespace {
 
@@ -92,6 +94,11 @@ std::vector<CheckDef> make_table() {
        "every chunk's end and after; a row extended by several tokens after generating equals the reference",
        chunked_prefill_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "extend", Cost::Run,
        "a chunk's positions restarting at the chunk, the last generated token missing from the cache"},
+      {check::kThreadCounts,
+       "the same greedy run at 1 thread, 2 and every core available: within the tolerance of 1 thread; bitwise "
+       "invariance measured",
+       thread_counts_check, 0, Judge::Invariance, "threads", Cost::Runs,
+       "a cache or kernel that races between threads; with --require-thread-invariance, any difference"},
   };
   std::set<std::string> names;
   for (const auto& c : t) {

@@ -2,9 +2,11 @@
 // (SPEC 3, 4). Each is one function over the CheckContext; check_table.cpp names them.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "rows.h"
@@ -316,6 +318,32 @@ void against_own_prefill(DecodeTarget& t, const Generation& run, int64_t T0, con
 
 }  // namespace
 
+SelfSteps self_steps(int64_t inside, int64_t stride, const at::Tensor& margins) {
+  SelfSteps out;
+  std::set<int64_t> s;
+  if (stride >= 1) {
+    for (int64_t i = 1; i < inside; i += stride) s.insert(i);
+    out.how = stride == 1 ? "every step" : "every " + std::to_string(stride) + "th step and the last";
+  } else {
+    for (int64_t i = 1; i < inside; ++i)
+      if (i <= kSelfFirstSteps || i % kSelfSpread == 0) s.insert(i);
+    // The steps where the run was closest to a tie: where a cache's small error first changes a token.
+    std::vector<std::pair<float, int64_t>> by_margin;
+    for (int64_t i = 1; i < inside; ++i) by_margin.push_back({margins[i].item<float>(), i});
+    std::sort(by_margin.begin(), by_margin.end());
+    int64_t added = 0;
+    for (const auto& [m, i] : by_margin) {
+      if (added == kSelfTightest) break;
+      if (s.insert(i).second) ++added;
+    }
+    out.how = "the first " + std::to_string(kSelfFirstSteps) + ", every " + std::to_string(kSelfSpread) + "th, the " +
+              std::to_string(kSelfTightest) + " more of smallest top-2 margin, the last";
+  }
+  if (inside > 1) s.insert(inside - 1);
+  out.steps.assign(s.begin(), s.end());
+  return out;
+}
+
 // 9. The target against itself: each cached step inside the window against the target's own prefill
 // of the same tokens, on the main greedy run and on a batch of different prompts. Every approximation
 // the target makes (a GELU formula, an angle recurrence) is in both paths, so only the cache can
@@ -331,15 +359,17 @@ void self_check(CheckContext& c, CheckResult& r) {
     return;
   }
   const int64_t inside = std::min(o.tokens, ctx - T0 + 1);  // steps whose sequence still fits one prefill
-  std::vector<int64_t> steps;                                // step 0 is the prefill itself
-  for (int64_t i = 1; i < inside; i += std::max<int64_t>(1, o.self_stride)) steps.push_back(i);
-  if (inside > 1 && steps.back() != inside - 1) steps.push_back(inside - 1);
-  if (steps.empty()) {
+  if (inside < 2) {
     r.status = Status::Skipped;
     r.detail = "skipped: fewer than two steps inside the window";
     return;
   }
   const Generation& main = c.main();
+  const at::Tensor lg = main.logits.narrow(1, 0, inside).to(at::kCPU).to(at::kFloat);  // (B, inside, V)
+  const at::Tensor top2 = std::get<0>(lg.topk(2, -1));                                 // (B, inside, 2)
+  const at::Tensor margins = (top2.select(-1, 0) - top2.select(-1, 1)).amin(0);       // (inside)
+  const SelfSteps chosen = self_steps(inside, o.self_stride, margins);
+  const std::vector<int64_t>& steps = chosen.steps;
   SelfDiffs d;
   against_own_prefill(c.target, main, T0, steps, tol, d);
   const at::Tensor rows = o.prompt.size(0) == 1 ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
@@ -350,8 +380,10 @@ void self_check(CheckContext& c, CheckResult& r) {
   }
   r.figure = std::max(d.worst, b.worst);
   r.stats["max_abs_diff"] = *r.figure;
-  const std::string what = std::to_string(steps.size()) + " cached steps inside the window (main run" +
+  const std::string what = std::to_string(steps.size()) + " of " + std::to_string(inside - 1) + " cached steps inside the window (" +
+                           chosen.how + "; main run" +
                            (rows.size(0) > 1 ? " and a batch of " + std::to_string(rows.size(0)) : std::string()) + ")";
+  r.stats["steps_compared"] = static_cast<double>(steps.size());
   const SelfDiffs& bad = d.first_over ? d : b;
   if (bad.first_over)
     return set(r, false, "cached step vs the target's own prefill of the same tokens: first over " + sci(tol) + " at position " +

@@ -25,6 +25,20 @@ StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logit
 StepDiffs judge_positions(CheckResult& r, const Tolerances& t, const at::Tensor& got, const at::Tensor& ref,
                           const std::vector<int64_t>& positions);
 
+// --- self: which in-window steps get a prefill of their own ---
+
+// The self check's steps by default: every step of the first kSelfFirstSteps (a cache's first
+// entries, where off-by-one bugs show), then every kSelfSpread-th, then the kSelfTightest more with
+// the smallest top-2 margin of the run (where a small cache error changes a token), and the last.
+inline constexpr int64_t kSelfFirstSteps = 16, kSelfSpread = 16, kSelfTightest = 8;
+struct SelfSteps {
+  std::vector<int64_t> steps;  // ascending, each in [1, inside)
+  std::string how;             // "the first 16, every 16th, ..." for the row's detail
+};
+// stride >= 1: every stride-th step from 1 and the last; 0: the default choice above. margins
+// (inside) float: the run's top-2 margin per step.
+SelfSteps self_steps(int64_t inside, int64_t stride, const at::Tensor& margins);
+
 // --- serving rows: rows of a running batch, each judged against its own sequence alone ---
 
 // Serving rows run until their rows are this far past the window (every past-window serving fault

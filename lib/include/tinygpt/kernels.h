@@ -16,6 +16,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace tinygpt {
 
@@ -29,6 +31,22 @@ enum class Kernels {
 constexpr int64_t kMatvecMaxRows = 16;
 
 const char* to_string(Kernels k);
+
+// The code path of Decode's kernels: AVX2/FMA, or the portable one (the same blocking and order
+// with scalar lanes) for CPUs without it. The widest the CPU runs is in force unless
+// TINYGPT_KERNELS=portable|avx2 names another at start; tests and `tinygpt bench --kernels` switch
+// between them, so one machine runs every path it can execute. The paths agree to within float
+// rounding, not bitwise (FMA rounds once where the portable path rounds twice).
+enum class KernelPath { Portable, Avx2 };
+const char* to_string(KernelPath p);
+// std::invalid_argument naming the known paths.
+KernelPath kernel_path_from_string(const std::string& name);
+// The paths this CPU can execute, narrowest first.
+std::vector<KernelPath> kernel_paths_available();
+KernelPath kernel_path();
+// Process-wide; std::invalid_argument when the CPU cannot run `p`. Not for use while another thread
+// is inside a kernel.
+void set_kernel_path(KernelPath p);
 
 // x (..., K) times w (N, K) transposed, plus b (N) when defined, then GELU (exact erf form) when
 // asked, then plus residual (..., N) when defined: (..., N). Decode does bias, GELU and residual in

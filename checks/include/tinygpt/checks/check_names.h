@@ -22,6 +22,7 @@ inline constexpr const char kFork[] = "fork";
 inline constexpr const char kRollback[] = "rollback";
 inline constexpr const char kBatchSizes[] = "batch-sizes";
 inline constexpr const char kChunkedPrefill[] = "chunked-prefill";
+inline constexpr const char kThreadCounts[] = "thread-counts";
 
 // The prefix of every sampler row's name.
 inline constexpr const char kSamplerPrefix[] = "sampler/";

@@ -53,11 +53,16 @@ struct EquivalenceOptions {
   // ragged, join-leave and fork: decode steps after the rows start, join or fork (0: until the
   // rows are 16 past the window). rollback always runs across the window's edge.
   int64_t serving_tokens = 0;
-  // The self check compares every self_stride-th decode step inside the window (and the last).
-  int64_t self_stride = 1;
+  // The self check compares every self_stride-th decode step inside the window (and the last); 0:
+  // the first 16, every 16th, the 8 more of smallest top-2 margin and the last (rows.h).
+  int64_t self_stride = 0;
   // batch-sizes fails on any difference between a row in a batch and the row alone, not only on one
   // over the tolerance.
   bool require_batch_invariance = false;
+  // thread-counts: the counts it runs at (empty: 1, 2 and the cores available), and whether any
+  // difference from the first count fails, not only one over the tolerance.
+  std::vector<int> thread_counts;
+  bool require_thread_invariance = false;
   // false: the target is never driven past the context (its long-sequence semantics are its own):
   // the past-window checks are skipped, saying so, and the caller keeps `tokens` inside the window.
   bool past_window = true;
@@ -209,7 +214,7 @@ std::vector<std::string> check_names();
 const CheckDef& find_check(const std::string& name);
 // The names of the model checks whose tags include every tag of `all` and none of `none`, in order.
 std::vector<std::string> model_checks_with(Tags all, Tags none = 0);
-// The names of the model checks that drive a serving operation (CheckDef::op), in order.
+// The names of the serving checks that drive an operation on rows (CheckDef::op), in order.
 std::vector<std::string> row_operation_checks();
 // "tokens, logits, ...": the model check names for an option's --help, with what the default runs.
 std::string model_check_list();

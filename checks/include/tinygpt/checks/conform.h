@@ -36,8 +36,9 @@ struct ConformOptions {
   // for a sampler seen through its draws).
   std::vector<std::string> groups{"all"};
   Tolerances tolerance;
-  int64_t self_stride = 1;  // the self check prefills every self_stride-th in-window step (and the last)
+  int64_t self_stride = 0;  // the self check prefills every self_stride-th in-window step (and the last); 0: its default choice
   bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
+  bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
   std::function<void(const std::string&)> progress;
 };
 

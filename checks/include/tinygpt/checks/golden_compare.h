@@ -26,6 +26,7 @@ constexpr int kDigestTop = 5;  // logits recorded per step: the top 5 ids and th
 struct Provenance {
   std::string commit, libtorch, device, dtype = "float32";
   std::string cpu;  // the CPU model: BLAS kernels (and their rounding) differ between CPUs
+  std::string blas;  // the OpenBLAS core the products ran on ("" where a file predates it: not compared)
   int threads = 1;
   uint64_t seed = 1;
   nlohmann::json to_json() const;

@@ -81,6 +81,8 @@ class DecodeTarget {
   virtual void truncate_row(int64_t row, int64_t n);
   // `row` leaves the batch.
   virtual void release_row(int64_t row);
+  // The threads the target computes with from now on (op "threads"): returns the count before.
+  virtual int set_threads(int n);
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -112,6 +114,7 @@ class ModelTarget final : public DecodeTarget {
   int64_t fork_row(int64_t row) override;
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;
+  int set_threads(int n) override;  // LibTorch's intra-op threads (process-wide)
 
  private:
   RowBatch& rows();

@@ -24,6 +24,7 @@ struct VerifyOptions {
   c10::Device device{c10::kCPU};
   int64_t tokens = 600;  // greedy tokens of each production cache's main run
   bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
+  bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
   // The faults of the matrix; nullopt: every registered fault (an empty list: none).
   std::optional<std::vector<const CacheVariant*>> faults;
   std::function<void(const std::string&)> progress;  // one line at a time; may be called from several threads

@@ -19,6 +19,8 @@ namespace tinygpt::tools {
 
 struct MachineInfo {
   std::string cpu, libtorch, blas, device;
+  std::string blas_core;  // "Zen (chosen by OpenBLAS)": the kernels LibTorch's products run on (blas.h)
+  std::string kernels;    // the decode kernels' path in force (kernels.h): "avx2" or "portable"
   int threads = 1;
   bool reference_blas = false;  // LibTorch's products run on reference BLAS (~17x slower)
   double product_flops_s = 0;   // measured by run_bench (measure_product_rate); 0 when not measured
