@@ -193,7 +193,12 @@ GgufFile read_gguf(const std::string& path) {
       case kU64: value = std::to_string(u64()); break;
       default: fail("metadata type " + std::to_string(type) + " of " + key);
     }
-    if (key == "general.alignment") alignment = std::stoull(value);
+    if (key == "general.alignment") {
+      if (type != kU32 && type != kU64) fail("general.alignment is not an unsigned integer");
+      alignment = std::stoull(value);
+      if (alignment == 0 || alignment > (1u << 20) || (alignment & (alignment - 1)) != 0)
+        fail("general.alignment " + value + " is not a power of two up to 1 MiB");
+    }
     f.metadata[key] = value;
   }
   struct Info {
@@ -208,7 +213,11 @@ GgufFile read_gguf(const std::string& path) {
     const uint32_t dims = u32();
     if (dims < 1 || dims > 4) fail(t.name + " has " + std::to_string(dims) + " dimensions");
     std::vector<int64_t> ne(dims);
-    for (auto& e : ne) e = static_cast<int64_t>(u64());
+    for (auto& e : ne) {
+      const uint64_t d = u64();
+      if (d > data.size()) fail(t.name + " has a dimension of " + std::to_string(d) + ", more than the file's bytes");
+      e = static_cast<int64_t>(d);
+    }
     t.shape.assign(ne.rbegin(), ne.rend());
     if (u32() != kGgmlF32) fail(t.name + " is not F32");
     t.offset = u64();
@@ -216,11 +225,15 @@ GgufFile read_gguf(const std::string& path) {
   }
   const uint64_t start = (pos + alignment - 1) / alignment * alignment;
   for (const auto& t : infos) {
-    int64_t n = 1;
-    for (int64_t e : t.shape) n *= e;
-    if (start + t.offset + static_cast<uint64_t>(n) * 4 > data.size()) fail(t.name + "'s data runs past the end");
+    uint64_t n = 1;  // each dimension is at most the file's size, so the product is checked step by step
+    for (int64_t e : t.shape) {
+      n *= static_cast<uint64_t>(e);
+      if (n > data.size()) fail(t.name + "'s data runs past the end");
+    }
+    if (start > data.size() || t.offset > data.size() - start || n * 4 > data.size() - start - t.offset)
+      fail(t.name + "'s data runs past the end");
     at::Tensor x = at::empty(t.shape, at::kFloat);
-    std::memcpy(x.data_ptr<float>(), data.data() + start + t.offset, static_cast<size_t>(n) * 4);
+    if (n) std::memcpy(x.data_ptr<float>(), data.data() + start + t.offset, static_cast<size_t>(n) * 4);
     f.tensors.emplace_back(t.name, x);
   }
   return f;

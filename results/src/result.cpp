@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>
@@ -140,15 +141,41 @@ nlohmann::json to_json(const std::vector<CheckResult>& rows) {
           {"checks", a}};
 }
 
+// XML 1.0 text: the five specials escaped, and every byte sequence that is not a character XML
+// allows (invalid UTF-8, control characters but tab and newline, surrogates, U+FFFE and U+FFFF)
+// written as U+FFFD, so the file parses whatever text a row carries.
 std::string xml_escape(const std::string& s) {
+  static const std::string replacement = "\xEF\xBF\xBD";
   std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') ? ' ' : c;
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '&': o += "&amp;"; break;
+        case '<': o += "&lt;"; break;
+        case '>': o += "&gt;"; break;
+        case '"': o += "&quot;"; break;
+        default: o += (c < 0x20 && c != '\n' && c != '\t') || c == 0x7f ? replacement : std::string(1, static_cast<char>(c));
+      }
+      ++i;
+      continue;
+    }
+    size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    uint32_t cp = n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+    for (size_t k = 1; n && k < n; ++k) {
+      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 0;
+      else cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    }
+    if (n && ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+              (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff || (cp >= 0x80 && cp <= 0x9f)))
+      n = 0;
+    if (n == 0) {
+      o += replacement;
+      ++i;
+    } else {
+      o.append(s, i, n);
+      i += n;
     }
   }
   return o;

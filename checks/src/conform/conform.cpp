@@ -20,40 +20,17 @@ namespace {
 
 using nlohmann::json;
 
-// The highest protocol this suite speaks (docs/protocol.md); hello offers it, the engine answers its own.
-constexpr int kProtocol = 3;
-
 bool selected(const std::vector<std::string>& groups, const std::string& g) {
   for (const auto& c : groups)
     if (c == "all" || c == g) return true;
   return false;
 }
 
-// The fields of hello that the suite reads, each of the type docs/protocol.md gives it; an engine
-// that answers otherwise cannot be talked to (exit 2), rather than being half understood.
-void check_hello(const json& h) {
-  auto bad = [&](const std::string& what) { throw EngineUnusable("engine: 'hello' answered " + what + ": " + engine_text(h.dump(-1, ' ', false, json::error_handler_t::replace))); };
-  if (h.contains("name") && !h["name"].is_string()) bad("a \"name\" that is not a string");
-  if (h.contains("protocol")) {
-    if (!h["protocol"].is_number_integer()) bad("a \"protocol\" that is not an integer");
-    const int64_t p = h["protocol"].get<int64_t>();
-    if (p < 1 || p > kProtocol)
-      bad("protocol " + std::to_string(p) + ", which this suite does not speak (it speaks 1 to " + std::to_string(kProtocol) + ")");
-  }
-  for (const char* list : {"operations", "formats", "deviations"}) {
-    if (!h.contains(list)) continue;
-    if (!h[list].is_array()) bad(std::string("a \"") + list + "\" that is not a list");
-    for (const auto& e : h[list])
-      if (!e.is_string()) bad(std::string("a \"") + list + "\" entry that is not a string");
-  }
-  if (h.contains("sampler") && !h["sampler"].is_boolean()) bad("a \"sampler\" that is not true or false");
-}
-
 // The row of one declared deviation: what it relaxes (derived from the check table), or that this
 // suite does not know it.
 CheckResult declared_row(const std::string& name) {
   CheckResult row;
-  row.name = "declared: " + name;
+  row.name = "declared: " + engine_text(name, 80);
   row.status = Status::Skipped;
   const Deviation* d = find_deviation(name);
   if (!d) {
@@ -123,9 +100,9 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   const Config& cfg = m.model->config();
   m.proc = std::make_unique<EngineProcess>(command, timeout_s);
   m.hello = m.proc->call({{"op", "hello"}, {"protocol", kProtocol}});
-  if (!m.hello["ok"].get<bool>()) throw EngineUnusable("engine: 'hello' answered ok false: " + m.hello["error"].get<std::string>());
+  if (!m.hello["ok"].get<bool>()) throw EngineUnusable("engine: 'hello' answered ok false: " + engine_text(m.hello["error"].get<std::string>()));
   check_hello(m.hello);
-  m.name = m.hello.value("name", std::string("(unnamed)"));
+  m.name = engine_text(m.hello.value("name", std::string("(unnamed)")), 80);
   m.protocol = m.hello.contains("protocol") ? m.hello["protocol"].get<int>() : 1;
   if (m.protocol >= 2 && m.hello.contains("operations"))
     for (const auto& op : m.hello["operations"])
@@ -136,14 +113,14 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
       if (f.is_string() && m.format.empty() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end())
         m.format = f.get<std::string>();
   if (m.format.empty())
-    throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx): " + m.hello.dump());
+    throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx): " + engine_json(m.hello));
   const std::string file = m.tmp.path + "/model." + m.format;
   say("writing the model as " + m.format);
   export_model(m.ck, m.model, m.format, file);
   const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},
                        {"n_layers", cfg.n_layers}, {"context", cfg.context}};
   json load = m.proc->call({{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}});
-  if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + load["error"].get<std::string>());
+  if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + engine_text(load["error"].get<std::string>()));
   say("engine '" + m.name + "' loaded " + m.checkpoint + " as " + m.format);
 }
 
@@ -173,6 +150,7 @@ EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cf
   eo.tolerance = o.tolerance;
   eo.self_stride = o.self_stride;
   eo.require_batch_invariance = o.require_batch_invariance;
+  eo.require_thread_invariance = o.require_thread_invariance;
   // The batch check's rows: prompts this many ids apart (the stride engines have been checked with).
   constexpr int64_t kEngineBatchStride = 11;
   eo.batch_stride = kEngineBatchStride;
@@ -217,8 +195,15 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
       continue;
     }
     say(name + " ...");
+    const int64_t before = target.requests();
     CheckResult row = run_check(def, ctx);
-    if (target.unusable()) rep.fatal = *target.unusable();
+    row.stats["requests"] = static_cast<double>(target.requests() - before);  // the row's cost on the engine
+    if (target.unusable()) {
+      // The engine stopped answering during this row (inside a sampler law RapidCheck would report the
+      // exception as a falsified property): the row is an error saying why, never a failure.
+      rep.fatal = *target.unusable();
+      if (row.status == Status::Fail) row.status = Status::Error, row.detail = *target.unusable();
+    }
     if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
     rep.rows.push_back(row);
   }

@@ -6,12 +6,70 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 namespace tinygpt::checks {
+
+namespace {
+
+// The process groups of the engines running now, for the signal handler: a fixed table of atomics,
+// since a handler may only touch lock-free state. A slot holds a group id, or 0.
+constexpr int kMaxEngines = 64;
+std::atomic<pid_t> g_groups[kMaxEngines];
+struct sigaction g_previous[3];
+constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+
+// SIGINT (Ctrl-C reaches only the terminal's foreground group, and each engine has its own), SIGTERM
+// (a CI job's timeout) and SIGHUP: end every engine's whole group, then let the signal do what it
+// did before (by default, end this process with it).
+extern "C" void end_engines_and_reraise(int sig) {
+  for (auto& g : g_groups) {
+    const pid_t pg = g.load();
+    if (pg > 0) kill(-pg, SIGKILL);
+  }
+  for (int i = 0; i < 3; ++i)
+    if (kSignals[i] == sig) sigaction(sig, &g_previous[i], nullptr);
+  raise(sig);
+}
+
+void install_handlers_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int i = 0; i < 3; ++i) {
+      sigaction(kSignals[i], nullptr, &g_previous[i]);
+      if (g_previous[i].sa_handler == SIG_IGN) continue;  // a signal the program ignores stays ignored
+      struct sigaction a {};
+      a.sa_handler = end_engines_and_reraise;
+      sigemptyset(&a.sa_mask);
+      a.sa_flags = SA_RESTART;
+      sigaction(kSignals[i], &a, nullptr);
+    }
+  });
+}
+
+void track_group(pid_t pg) {
+  for (auto& g : g_groups) {
+    pid_t empty = 0;
+    if (g.compare_exchange_strong(empty, pg)) return;
+  }
+}
+void untrack_group(pid_t pg) {
+  for (auto& g : g_groups) {
+    pid_t mine = pg;
+    if (g.compare_exchange_strong(mine, 0)) return;
+  }
+}
+
+// A line longer than this is no answer of the protocol (the largest, a batch of logits of a large
+// vocabulary, is a few MB): reading stops there, so a flood cannot take the memory or the verdict.
+constexpr size_t kMaxLineBytes = size_t{64} << 20;
+
+}  // namespace
 
 std::string engine_text(const std::string& s, size_t max_bytes) {
   std::string out;
@@ -48,6 +106,10 @@ std::string engine_text(const std::string& s, size_t max_bytes) {
   return out;
 }
 
+std::string engine_json(const nlohmann::json& j, size_t max_bytes) {
+  return engine_text(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), max_bytes);
+}
+
 namespace {
 std::string clip(const std::string& s) { return engine_text(s, 200); }
 }  // namespace
@@ -82,7 +144,11 @@ EngineProcess::EngineProcess(const std::string& command, double timeout_s) : tim
   close(out[1]);
   to_child_ = in[1];
   from_child_ = out[0];
+  // Writes never block: an engine that stops reading cannot hold the suite past --timeout.
+  fcntl(to_child_, F_SETFL, fcntl(to_child_, F_GETFL) | O_NONBLOCK);
   signal(SIGPIPE, SIG_IGN);  // a dead engine is an error we report, not a signal that kills us
+  install_handlers_once();
+  track_group(pid_);
 }
 
 EngineProcess::~EngineProcess() { kill_and_reap(); }
@@ -104,42 +170,89 @@ std::string EngineProcess::how_it_ended(const std::string& otherwise) {
 
 void EngineProcess::kill_and_reap() {
   if (to_child_ >= 0) close(to_child_), to_child_ = -1;
-  if (from_child_ >= 0) close(from_child_), from_child_ = -1;
-  if (pid_ <= 0) return;
-  int status = 0;
-  for (int i = 0; i < 20; ++i) {  // closed stdin: a well-behaved engine exits; give it 200 ms
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      kill(-pid_, SIGKILL);  // anything the shell left behind in the group
-      pid_ = -1;
-      return;
+  if (pid_ > 0) {
+    int status = 0;
+    bool exited = false;
+    for (int i = 0; i < 20 && !exited; ++i) {  // closed stdin: a well-behaved engine exits; give it 200 ms
+      exited = waitpid(pid_, &status, WNOHANG) == pid_;
+      if (!exited) drain_output(std::chrono::milliseconds(10));  // an engine blocked writing can exit
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    kill(-pid_, SIGKILL);  // the group: anything the shell started, whatever the shell did
+    if (!exited) waitpid(pid_, &status, 0);
+    untrack_group(pid_);
+    pid_ = -1;
   }
-  kill(-pid_, SIGKILL);
-  waitpid(pid_, &status, 0);
-  pid_ = -1;
+  if (from_child_ >= 0) close(from_child_), from_child_ = -1;
+}
+
+void EngineProcess::drain_output(std::chrono::milliseconds wait) {
+  if (from_child_ < 0) return;
+  pollfd p{from_child_, POLLIN, 0};
+  if (poll(&p, 1, static_cast<int>(wait.count())) <= 0) return;
+  char chunk[65536];
+  for (int i = 0; i < 64; ++i) {  // what is there now, up to 4 MB a call; discarded
+    const ssize_t n = read(from_child_, chunk, sizeof chunk);
+    if (n <= 0) return;
+    if (poll(&p, 1, 0) <= 0) return;
+  }
 }
 
 void EngineProcess::write_all(const std::string& s, const std::string& op) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
   size_t done = 0;
   while (done < s.size()) {
     const ssize_t n = write(to_child_, s.data() + done, s.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its input"));
-    done += static_cast<size_t>(n);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its input"));
+    // The pipe is full: wait until the engine reads, reading what it writes meanwhile (an engine
+    // that answers early would otherwise block on its own full output).
+    const double left = std::chrono::duration<double>(deadline - clock::now()).count();
+    if (left <= 0)
+      throw EngineUnusable("engine: it stopped reading the request '" + op + "' (" + std::to_string(done) + " of " +
+                           std::to_string(s.size()) + " bytes written within " + std::to_string(int(timeout_s_)) +
+                           " s, --timeout)");
+    pollfd p[2] = {{to_child_, POLLOUT, 0}, {from_child_, POLLIN, 0}};
+    const int r = poll(p, 2, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
+    if (r < 0 && errno != EINTR) throw EngineUnusable(std::string("engine: poll failed: ") + std::strerror(errno));
+    if (r > 0 && (p[1].revents & POLLIN)) read_some(op);
+    if (r > 0 && (p[0].revents & (POLLERR | POLLHUP)))
+      throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its input"));
   }
   sent_ += static_cast<double>(s.size());
+}
+
+bool EngineProcess::read_some(const std::string& op) {
+  char chunk[65536];
+  const ssize_t n = read(from_child_, chunk, sizeof chunk);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) return false;
+  buffer_.append(chunk, static_cast<size_t>(n));
+  const void* last_nl = memrchr(chunk, '\n', static_cast<size_t>(n));
+  partial_ = last_nl ? static_cast<size_t>(chunk + n - static_cast<const char*>(last_nl) - 1) : partial_ + static_cast<size_t>(n);
+  if (partial_ > kMaxLineBytes)
+    throw EngineUnusable("engine: the answer to '" + op + "' is a line of more than " + std::to_string(kMaxLineBytes >> 20) +
+                         " MB, longer than any answer of the protocol: " + clip(buffer_.substr(0, 200)));
+  return true;
 }
 
 std::string EngineProcess::read_line(const std::string& op) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration<double>(timeout_s_);
   for (;;) {
-    if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
+    // Only the bytes not yet searched are searched: a long line costs its length, once.
+    if (auto nl = buffer_.find('\n', scanned_); nl != std::string::npos) {
       std::string line = buffer_.substr(0, nl);
       buffer_.erase(0, nl + 1);
+      scanned_ = 0;
       return line;
     }
+    scanned_ = buffer_.size();
     const double left = std::chrono::duration<double>(deadline - clock::now()).count();
     if (left <= 0)
       throw EngineUnusable("engine: no answer to '" + op + "' within " + std::to_string(int(timeout_s_)) + " s (--timeout)");
@@ -147,11 +260,7 @@ std::string EngineProcess::read_line(const std::string& op) {
     const int r = poll(&p, 1, static_cast<int>(std::min(left * 1000.0, 1000.0)) + 1);
     if (r < 0 && errno != EINTR) throw EngineUnusable(std::string("engine: poll failed: ") + std::strerror(errno));
     if (r <= 0) continue;
-    char chunk[65536];
-    const ssize_t n = read(from_child_, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its output"));
-    buffer_.append(chunk, static_cast<size_t>(n));
+    if (!read_some(op)) throw EngineUnusable("engine: no answer to '" + op + "': " + how_it_ended("it closed its output"));
   }
 }
 
@@ -176,10 +285,11 @@ bool EngineProcess::quit() {
   while (std::chrono::steady_clock::now() < deadline) {
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       kill(-pid_, SIGKILL);
+      untrack_group(pid_);
       pid_ = -1;
       return WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    drain_output(std::chrono::milliseconds(10));  // keep reading: an engine blocked writing could never exit
   }
   kill_and_reap();
   return false;

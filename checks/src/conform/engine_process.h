@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -21,6 +22,8 @@ namespace tinygpt::checks {
 // escape sequence prints as text, never as a command to the terminal), and cut at a character
 // boundary to at most `max_bytes` bytes, "..." marking the cut.
 std::string engine_text(const std::string& s, size_t max_bytes = 200);
+// A JSON value an engine sent, as engine_text of its compact dump.
+std::string engine_json(const nlohmann::json& j, size_t max_bytes = 200);
 
 // Parses one response line: a JSON object with a boolean "ok", and a string "error" when ok is
 // false. Throws EngineUnusable naming the request otherwise. (Kept apart so it can be fuzzed.)
@@ -43,6 +46,10 @@ class EngineProcess {
  private:
   void write_all(const std::string& s, const std::string& op);
   std::string read_line(const std::string& op);
+  // One read into the buffer: false at end of output. Throws EngineUnusable past the line cap.
+  bool read_some(const std::string& op);
+  // Reads and discards what the engine writes, waiting up to `wait` for it (quit and shutdown).
+  void drain_output(std::chrono::milliseconds wait);
   void kill_and_reap();
   // After a closed pipe: "it exited with status N" / "it was killed by signal N" once the child is
   // reaped (waiting up to 1 s), else `otherwise`.
@@ -52,6 +59,8 @@ class EngineProcess {
   int to_child_ = -1, from_child_ = -1;
   double timeout_s_;
   std::string buffer_;
+  size_t scanned_ = 0;  // buffer_[0, scanned_) holds no newline
+  size_t partial_ = 0;  // bytes after the buffer's last newline: the line being read
   int64_t requests_ = 0;
   double sent_ = 0;
 };

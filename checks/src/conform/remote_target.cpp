@@ -21,7 +21,7 @@ json ids_json(const at::Tensor& ids) {  // (B, T) int64 -> [[...], ...]
 }
 
 RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, int64_t context)
-    : p_(p), name_("engine '" + hello.value("name", std::string("(unnamed)")) + "'"), vocab_(vocab), context_(context) {
+    : p_(p), name_("engine '" + engine_text(hello.value("name", std::string("(unnamed)")), 80) + "'"), vocab_(vocab), context_(context) {
   has_sampler_ = !(hello.contains("sampler") && hello["sampler"].is_boolean() && !hello["sampler"].get<bool>());
   if (hello.contains("protocol") && hello["protocol"].is_number_integer()) protocol_ = hello["protocol"].get<int>();
   if (hello.contains("operations") && hello["operations"].is_array())
@@ -44,7 +44,7 @@ json RemoteTarget::ok(const json& req) {
     throw;
   }
   if (!a["ok"].get<bool>())
-    throw WrongAnswer("'" + req["op"].get<std::string>() + "' answered ok false: " + a["error"].get<std::string>());
+    throw WrongAnswer("'" + req["op"].get<std::string>() + "' answered ok false: " + engine_text(a["error"].get<std::string>()));
   return a;
 }
 
@@ -62,7 +62,7 @@ std::string RemoteTarget::serving_unsupported(const std::string& op) const {
   if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
   if (protocol_ < 3 && op == "extend") return "the engine speaks protocol 2 (extend is protocol 3's)";
   if (!op.empty() && std::find(operations_.begin(), operations_.end(), op) == operations_.end())
-    return "the engine does not support " + op + " (its hello's operations: " + json(operations_).dump() + ")";
+    return "the engine does not support " + op + " (its hello's operations: " + engine_json(json(operations_)) + ")";
   return "";
 }
 
@@ -72,23 +72,74 @@ json rows_of_ids(const std::vector<std::vector<int64_t>>& prompts) {
   for (const auto& p : prompts) rows.push_back(p);
   return rows;
 }
-int64_t row_id(const json& a, const std::string& op) {
+}  // namespace
+
+// The fields of hello that the suite reads, each of the type docs/protocol.md gives it; an engine
+// that answers otherwise cannot be talked to (exit 2), rather than being half understood.
+void check_hello(const json& h) {
+  auto bad = [&](const std::string& what) { throw EngineUnusable("engine: 'hello' answered " + what + ": " + engine_text(h.dump(-1, ' ', false, json::error_handler_t::replace))); };
+  if (h.contains("name") && !h["name"].is_string()) bad("a \"name\" that is not a string");
+  if (h.contains("protocol")) {
+    if (!h["protocol"].is_number_integer()) bad("a \"protocol\" that is not an integer");
+    const int64_t p = h["protocol"].get<int64_t>();
+    if (p < 1 || p > kProtocol)
+      bad("protocol " + std::to_string(p) + ", which this suite does not speak (it speaks 1 to " + std::to_string(kProtocol) + ")");
+  }
+  for (const char* list : {"operations", "formats", "deviations"}) {
+    if (!h.contains(list)) continue;
+    if (!h[list].is_array()) bad(std::string("a \"") + list + "\" that is not a list");
+    for (const auto& e : h[list])
+      if (!e.is_string()) bad(std::string("a \"") + list + "\" entry that is not a string");
+  }
+  if (h.contains("sampler") && !h["sampler"].is_boolean()) bad("a \"sampler\" that is not true or false");
+}
+
+int64_t answer_row(const json& a, const std::string& op) {
   if (!a.contains("row") || !a["row"].is_number_integer()) throw WrongAnswer("'" + op + "' answered without an integer \"row\"");
   return a["row"].get<int64_t>();
 }
-}  // namespace
+
+std::vector<int64_t> answer_rows(const json& a, size_t n) {
+  if (!a.contains("rows") || !a["rows"].is_array() || a["rows"].size() != n)
+    throw WrongAnswer("'prefill' answered without \"rows\": the ids of the " + std::to_string(n) + " new rows");
+  std::vector<int64_t> ids;
+  for (const auto& r : a["rows"]) {
+    if (!r.is_number_integer()) throw WrongAnswer("'prefill' answered a row id that is not an integer: " + engine_json(r));
+    ids.push_back(r.get<int64_t>());
+  }
+  return ids;
+}
+
+int answer_before(const json& a) {
+  if (!a.contains("before") || !a["before"].is_number_integer() || a["before"].get<int64_t>() < 1 ||
+      a["before"].get<int64_t>() > 1 << 20)
+    throw WrongAnswer("'threads' answered without \"before\": the thread count it ran with, a positive integer");
+  return a["before"].get<int>();
+}
+
+std::vector<std::vector<int64_t>> answer_sample_ids(const json& a, size_t rows, int64_t n, int64_t V) {
+  const json& ids = a.contains("ids") ? a["ids"] : json();
+  if (!ids.is_array() || ids.size() != rows)
+    throw WrongAnswer("'sample' answered without \"ids\" as " + std::to_string(rows) + " rows");
+  std::vector<std::vector<int64_t>> out;
+  for (const json& r : ids) {
+    if (!r.is_array() || static_cast<int64_t>(r.size()) != n)
+      throw WrongAnswer("'sample' answered a row without " + std::to_string(n) + " ids");
+    std::vector<int64_t> row;
+    for (const json& id : r) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= V)
+        throw WrongAnswer("'sample' answered id " + engine_json(id) + ", outside [0, " + std::to_string(V) + ")");
+      row.push_back(id.get<int64_t>());
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
 
 std::vector<int64_t> RemoteTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& out) {
   const json a = ok({{"op", "prefill"}, {"ids", rows_of_ids(prompts)}});
   out = logits(a, static_cast<int64_t>(prompts.size()), "prefill");
-  if (!a.contains("rows") || !a["rows"].is_array() || a["rows"].size() != prompts.size())
-    throw WrongAnswer("'prefill' answered without \"rows\": the ids of the " + std::to_string(prompts.size()) + " new rows");
-  std::vector<int64_t> ids;
-  for (const auto& r : a["rows"]) {
-    if (!r.is_number_integer()) throw WrongAnswer("'prefill' answered a row id that is not an integer: " + r.dump());
-    ids.push_back(r.get<int64_t>());
-  }
-  return ids;
+  return answer_rows(a, prompts.size());
 }
 
 at::Tensor RemoteTarget::step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
@@ -100,12 +151,12 @@ at::Tensor RemoteTarget::step_rows(const std::vector<int64_t>& rows, const std::
 at::Tensor RemoteTarget::extend_row(int64_t row, const std::vector<int64_t>& ids) {
   return logits(ok({{"op", "extend"}, {"row", row}, {"ids", ids}}), 1, "extend")[0];
 }
-int64_t RemoteTarget::fork_row(int64_t row) { return row_id(ok({{"op", "fork"}, {"row", row}}), "fork"); }
+int64_t RemoteTarget::fork_row(int64_t row) { return answer_row(ok({{"op", "fork"}, {"row", row}}), "fork"); }
 void RemoteTarget::truncate_row(int64_t row, int64_t n) { ok({{"op", "truncate"}, {"row", row}, {"n", n}}); }
 void RemoteTarget::release_row(int64_t row) { ok({{"op", "release"}, {"row", row}}); }
+int RemoteTarget::set_threads(int n) { return answer_before(ok({{"op", "threads"}, {"n", n}})); }
 
-// (B, V) float logits from an answer; WrongAnswer naming what is wrong.
-at::Tensor RemoteTarget::logits(const json& a, int64_t rows, const std::string& op) const {
+at::Tensor answer_logits(const json& a, int64_t rows, int64_t vocab_, const std::string& op) {
   if (!a.contains("logits") || !a["logits"].is_array() || static_cast<int64_t>(a["logits"].size()) != rows)
     throw WrongAnswer("'" + op + "' answered without \"logits\" as " + std::to_string(rows) + " rows");
   at::Tensor out = at::empty({rows, vocab_}, at::kFloat);
@@ -120,7 +171,7 @@ at::Tensor RemoteTarget::logits(const json& a, int64_t rows, const std::string& 
       const json& x = r[v];
       if (!x.is_number() || !std::isfinite(x.get<double>()))
         throw WrongAnswer("'" + op + "' answered a logit that is not a finite number at row " + std::to_string(b) + ", id " +
-                          std::to_string(v) + ": " + x.dump());
+                          std::to_string(v) + ": " + engine_json(x));
       o[b * vocab_ + v] = x.get<float>();
     }
   }
@@ -170,19 +221,9 @@ at::Tensor RemoteTarget::pick(const at::Tensor& logits, const at::Tensor& histor
   const int64_t seed = at::randint(0, int64_t(1) << 30, {1}, at::kLong).item<int64_t>();
   const json a = ok({{"op", "sample"}, {"logits", rows}, {"history", hist}, {"temperature", s.temperature}, {"top_k", s.top_k},
                      {"top_p", s.top_p}, {"penalty", s.penalty}, {"seed", seed}, {"n", n}});
-  const json& ids = a.contains("ids") ? a["ids"] : json();
-  if (!ids.is_array() || ids.size() != send.size())
-    throw WrongAnswer("'sample' answered without \"ids\" as " + std::to_string(send.size()) + " rows");
+  const std::vector<std::vector<int64_t>> ids = answer_sample_ids(a, send.size(), n, V);
   at::Tensor out = at::empty({B}, at::kLong);
-  for (int64_t b = 0; b < B; ++b) {
-    const json& r = ids[which[b]];
-    if (!r.is_array() || static_cast<int64_t>(r.size()) != n)
-      throw WrongAnswer("'sample' answered a row without " + std::to_string(n) + " ids");
-    const json& id = r[occurrence[b]];
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= V)
-      throw WrongAnswer("'sample' answered id " + id.dump() + ", outside [0, " + std::to_string(V) + ")");
-    out[b] = id.get<int64_t>();
-  }
+  for (int64_t b = 0; b < B; ++b) out[b] = ids[which[b]][occurrence[b]];
   return out.to(logits.device());
 }
 

@@ -24,6 +24,24 @@ struct WrongAnswer : CheckFailure {
   using CheckFailure::CheckFailure;
 };
 
+// The highest protocol this suite speaks (docs/protocol.md); hello offers it, the engine answers its own.
+inline constexpr int kProtocol = 3;
+
+// The answers' contents, decoded and judged: each throws WrongAnswer naming what is wrong (kept
+// apart from the process, so the protocol fuzz target runs them on hostile answers).
+// "logits": (rows, vocab) float, every entry a finite number.
+at::Tensor answer_logits(const nlohmann::json& answer, int64_t rows, int64_t vocab, const std::string& op);
+// prefill's "rows": the ids of `n` new rows.
+std::vector<int64_t> answer_rows(const nlohmann::json& answer, size_t n);
+// fork's "row": one integer id.
+int64_t answer_row(const nlohmann::json& answer, const std::string& op);
+// threads' "before": a positive thread count.
+int answer_before(const nlohmann::json& answer);
+// sample's "ids": `rows` rows of `n` ids each in [0, vocab).
+std::vector<std::vector<int64_t>> answer_sample_ids(const nlohmann::json& answer, size_t rows, int64_t n, int64_t vocab);
+// Throws EngineUnusable when hello's fields have the wrong types or name a protocol outside 1 to kProtocol.
+void check_hello(const nlohmann::json& hello);
+
 class RemoteTarget final : public DecodeTarget {
  public:
   // `hello` the engine's answer to hello (name, deviations).
@@ -48,13 +66,17 @@ class RemoteTarget final : public DecodeTarget {
   int64_t fork_row(int64_t row) override;
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;
+  int set_threads(int n) override;
+  int64_t requests() const { return p_.requests(); }
 
   // Set once the engine could not be talked to: every later request throws it again.
   const std::optional<std::string>& unusable() const { return unusable_; }
 
  private:
   nlohmann::json ok(const nlohmann::json& req);
-  at::Tensor logits(const nlohmann::json& answer, int64_t rows, const std::string& op) const;
+  at::Tensor logits(const nlohmann::json& answer, int64_t rows, const std::string& op) const {
+    return answer_logits(answer, rows, vocab_, op);
+  }
   at::Tensor pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
 
   EngineProcess& p_;
