@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 SECONDS_PER_TARGET=${1:-60}
 command -v clang++ >/dev/null || apt-get install -y --no-install-recommends clang
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DTINYGPT_BUILD_CHECKS=OFF -DTINYGPT_BUILD_TESTS=OFF -DTINYGPT_BUILD_FUZZ=ON \
+  -DTINYGPT_BUILD_CHECKS=ON -DTINYGPT_BUILD_TESTS=OFF -DTINYGPT_BUILD_FUZZ=ON \
   -DTINYGPT_SANITIZE=address,undefined,fuzzer-no-link >/dev/null
 targets=${TARGETS:-safetensors torch_checkpoint tokenizer gguf golden conform_protocol}
 [ "${NO_BUILD:-0}" = 1 ] || cmake --build build-fuzz --target $(for t in $targets; do printf 'fuzz_%s ' "$t"; done)

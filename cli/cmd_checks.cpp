@@ -94,7 +94,7 @@ Command add_equivalence(CLI::App& app) {
             checks::ModelTarget target(model, variant);
             const auto r = checks::run_checks(model, opts, target, *names, &ref);
             std::cout << checks::format_equivalence(r);
-            if (!o->json.empty()) results::write_json_atomically(o->json, checks::to_json(r));
+            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(r), dev));
             if (o->report.any()) {
               tools::ReportInput in;
               in.command = "equivalence";
@@ -146,7 +146,7 @@ Command add_inject(CLI::App& app) {
               if (!c.passed()) std::cout << "negative control " << c.cache << ":\n" << checks::format_equivalence(c);
             std::cout << checks::format_injection(rep);
             for (const auto& f : rep.faults) std::cout << "  " << f.fault << ": " << f.description << "\n";
-            if (!o->json.empty()) results::write_json_atomically(o->json, checks::to_json(rep));
+            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep), dev));
             if (o->report.any()) {
               tools::ReportInput in;
               in.command = "inject";

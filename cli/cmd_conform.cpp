@@ -93,7 +93,7 @@ Command add_conform(CLI::App& app) {
               std::cout << "\n";
             }
             std::cout << checks::format_table(rep.rows, "conform");
-            if (!o->json.empty()) results::write_json_atomically(o->json, checks::to_json(rep, !c.no_past_window));
+            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep, !c.no_past_window), c10::Device(c10::kCPU)));
             if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.conform"));
             if (o->report.any()) {
               tools::ReportInput in;

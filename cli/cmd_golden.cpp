@@ -183,7 +183,7 @@ Command add_verify(CLI::App& app) {
             std::cout << "\nfault matrix:\n" << checks::format_injection(rep.matrix);
             for (const auto& c : rep.matrix.controls)
               if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
-            results::write_json_atomically(o->json, checks::to_json(rep));
+            results::write_json_atomically(o->json, with_provenance(checks::to_json(rep), dev));
             if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.verify"));
             if (o->report.any()) {
               tools::ReportInput in;

@@ -29,6 +29,11 @@ nlohmann::json report_provenance(c10::Device device) {
           {"kernels", m.kernels}, {"device", m.device}, {"threads", m.threads}, {"cpu", m.cpu}};
 }
 
+nlohmann::json with_provenance(nlohmann::json report, c10::Device device) {
+  report["provenance"] = report_provenance(device);
+  return report;
+}
+
 void write_reports(const ReportFiles& files, const tools::ReportInput& in) {
   if (!files.html.empty()) {
     write_text_atomically(files.html, tools::render_html(in));

@@ -16,6 +16,8 @@ namespace tinygpt::cli {
 nlohmann::json read_bench_json(const std::string& path);
 // commit, LibTorch, BLAS, device, threads, CPU.
 nlohmann::json report_provenance(c10::Device device);
+// `report` with its "provenance" (report_provenance): what every JSON report records of the machine.
+nlohmann::json with_provenance(nlohmann::json report, c10::Device device);
 // Writes the HTML and/or Markdown files asked for, atomically, and says where.
 void write_reports(const ReportFiles& files, const tools::ReportInput& in);
 
