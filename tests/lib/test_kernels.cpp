@@ -71,13 +71,15 @@ TEST_P(Matvec, ProjectFusesBiasGeluAndResidualInTheLibraryOrder) {
   // Library is LibTorch's ops exactly. Two runs of the same LibTorch product are bitwise equal on
   // one thread; on more, OpenBLAS's older kernels (Prescott: what 0.3.21 picks on CPUs newer than it)
   // split a small product's sums between threads differently from run to run, and LibTorch promises
-  // no more than that. So: the bits on one thread, fp32 noise on two.
+  // no more than that. So: the bits on one thread, and on two the summation-order bound of a
+  // 256-term dot product of unit normals: about sqrt(K) u sum|x w| = 16 x 6e-8 x 160 = 1.5e-4
+  // (OPENBLAS_CORETYPE=Prescott here: 2.3e-5; Haswell, SkylakeX and Zen kernels gave the same bits).
   const int threads = at::get_num_threads();
   at::set_num_threads(1);
   const at::Tensor want1 = res + at::gelu(at::linear(x, w, b));
   EXPECT_TRUE(project(x, w, b, Kernels::Library, res, true).equal(want1)) << "Library is LibTorch's ops exactly";
   at::set_num_threads(2);
-  EXPECT_LT(max_diff(project(x, w, b, Kernels::Library, res, true), want1), 1e-5);
+  EXPECT_LT(max_diff(project(x, w, b, Kernels::Library, res, true), want1), 1e-4);
   at::set_num_threads(threads);
 }
 
