@@ -141,6 +141,20 @@ nlohmann::json to_json(const std::vector<CheckResult>& rows) {
           {"checks", a}};
 }
 
+size_t utf8_char(const std::string& s, size_t i, uint32_t& cp) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+  for (size_t k = 1; n && k < n; ++k) {
+    if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) return 0;
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  }
+  if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;
+  return n;
+}
+
 // XML 1.0 text: the five specials escaped, and every byte sequence that is not a character XML
 // allows (invalid UTF-8, control characters but tab and newline, surrogates, U+FFFE and U+FFFF)
 // written as U+FFFD, so the file parses whatever text a row carries.
@@ -161,15 +175,9 @@ std::string xml_escape(const std::string& s) {
       ++i;
       continue;
     }
-    size_t n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    uint32_t cp = n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
-    for (size_t k = 1; n && k < n; ++k) {
-      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 0;
-      else cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    }
-    if (n && ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-              (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff || (cp >= 0x80 && cp <= 0x9f)))
-      n = 0;
+    uint32_t cp = 0;
+    size_t n = utf8_char(s, i, cp);
+    if (n && (cp == 0xfffe || cp == 0xffff || (cp >= 0x80 && cp <= 0x9f))) n = 0;
     if (n == 0) {
       o += replacement;
       ++i;

@@ -82,17 +82,9 @@ std::string engine_text(const std::string& s, size_t max_bytes) {
   size_t i = 0;
   while (i < s.size()) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    // The length of a well-formed UTF-8 sequence starting here (0: not one).
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
-    for (size_t k = 1; n && k < n; ++k) {
-      if (i + k >= s.size() || (static_cast<unsigned char>(s[i + k]) >> 6) != 2) n = 0;
-      else cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    }
-    // Overlong forms, surrogates, values past U+10FFFF and the non-characters are not text.
-    if (n && ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-              (cp >= 0xd800 && cp <= 0xdfff) || cp == 0xfffe || cp == 0xffff))
-      n = 0;
+    uint32_t cp = 0;
+    size_t n = results::utf8_char(s, i, cp);
+    if (cp == 0xfffe || cp == 0xffff) n = 0;  // the non-characters are not text
     const size_t before = out.size();
     if (n == 0) hex(c), n = 1;
     else if (n == 1 && (c < 0x20 || c == 0x7f) && c != '\t') hex(c);

@@ -57,8 +57,12 @@ std::string markdown_table(const std::vector<CheckResult>& rows);
 // Writes `doc` to `path` through a temporary file renamed into place: never a half-written file.
 void write_json_atomically(const std::string& path, const nlohmann::json& doc);
 
-// Text escaped for XML and HTML (& < > "), control characters other than newline and tab as spaces.
+// Text escaped for XML and HTML (& < > "), and every sequence XML 1.0 does not allow as U+FFFD.
 std::string xml_escape(const std::string& s);
+
+// The well-formed UTF-8 character at s[i]: its length in bytes (1-4) with its code point in `cp`,
+// or 0 where the bytes there are not one (invalid, overlong, a surrogate, past U+10FFFF, truncated).
+size_t utf8_char(const std::string& s, size_t i, uint32_t& cp);
 // "1.23e-04".
 std::string sci(double v);
 
