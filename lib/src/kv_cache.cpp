@@ -18,6 +18,14 @@ RollingKVCache::RollingKVCache(const Config& cfg) : RollingKVCache(cfg.n_layers,
 
 std::unique_ptr<KVCache> KVCache::clone() const { throw std::logic_error(row_ops_unsupported()); }
 void KVCache::truncate(int64_t) { throw std::logic_error(row_ops_unsupported()); }
+std::pair<at::Tensor, at::Tensor> KVCache::stored(int64_t) const { throw std::logic_error(save_unsupported()); }
+
+std::pair<at::Tensor, at::Tensor> RollingKVCache::stored(int64_t layer) const {
+  const auto l = static_cast<size_t>(layer);
+  if (layer < 0 || l >= k_.size()) throw std::out_of_range("RollingKVCache: layer " + std::to_string(layer) + " out of range");
+  if (!k_[l].defined()) return {};
+  return {k_[l].clone(), v_[l].clone()};
+}
 
 std::pair<at::Tensor, at::Tensor> RollingKVCache::update(int64_t layer, const at::Tensor& k,
                                                          const at::Tensor& v) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +14,9 @@ namespace tinygpt {
 int64_t ServingSchedule::prefill_position(int64_t col, int64_t pad) const { return col - pad; }
 int64_t ServingSchedule::step_position(int64_t row_next, int64_t) const { return row_next; }
 void ServingSchedule::reuse(KVCache& cache) const { cache.reset(); }
+int64_t ServingSchedule::extend_position(int64_t row_next, int64_t i) const { return row_next + i; }
+int64_t ServingSchedule::step_counter(const std::vector<int64_t>& rows, size_t request) const { return rows[request]; }
+int64_t ServingSchedule::reused_prefix(int64_t shared, int64_t prompt_len) const { return std::min(shared, prompt_len - 1); }
 
 const ServingSchedule& production_serving() {
   static const ServingSchedule s;
@@ -93,11 +97,26 @@ int64_t RowBatch::take_slot() {
     if (!slots_[i].live) {
       schedule_.reuse(*slots_[i].cache);
       slots_[i].live = true;
-      slots_[i].next = 0;
+      slots_[i].next = slots_[i].peak = 0;
+      slots_[i].tokens.clear();
       return static_cast<int64_t>(i);
     }
-  slots_.push_back({make_cache_(), 0, true});
+  slots_.push_back({make_cache_(), 0, true, {}, 0});
   return static_cast<int64_t>(slots_.size()) - 1;
+}
+
+std::pair<int64_t, int64_t> RowBatch::reusable(const std::vector<int64_t>& prompt, const std::vector<int64_t>& taken) const {
+  std::pair<int64_t, int64_t> best = {-1, 0};
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    // A row that left the window no longer holds its first entries.
+    if (s.live || s.peak > model_.config().context || std::find(taken.begin(), taken.end(), static_cast<int64_t>(i)) != taken.end())
+      continue;
+    const auto n = static_cast<size_t>(std::min<int64_t>(s.next, static_cast<int64_t>(s.tokens.size())));
+    const int64_t shared = std::mismatch(prompt.begin(), prompt.begin() + std::min(n, prompt.size()), s.tokens.begin()).first - prompt.begin();
+    if (shared > best.second) best = {static_cast<int64_t>(i), shared};
+  }
+  return best;
 }
 
 at::Tensor RowBatch::run(const std::vector<int64_t>& rows, const at::Tensor& ids, const at::Tensor& positions,
@@ -112,32 +131,68 @@ at::Tensor RowBatch::run(const std::vector<int64_t>& rows, const at::Tensor& ids
 std::vector<int64_t> RowBatch::add(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
   if (prompts.empty()) throw std::invalid_argument("RowBatch::add: no prompts");
   const int64_t ctx = model_.config().context;
+  const int64_t R = static_cast<int64_t>(prompts.size());
   std::vector<std::vector<int64_t>> fed;
-  int64_t T = 0;
   for (const auto& p : prompts) {
     if (p.empty()) throw std::invalid_argument("RowBatch::add: an empty prompt");
     const int64_t w = std::min<int64_t>(static_cast<int64_t>(p.size()), ctx);  // SPEC 4: the last `context`
     fed.emplace_back(p.end() - w, p.end());
-    T = std::max(T, w);
+    check_token_ids(at::tensor(fed.back(), at::kLong).unsqueeze(0), model_.config().vocab_size, "RowBatch::add");
   }
-  const int64_t R = static_cast<int64_t>(prompts.size());
-  const auto dev = model_.emb->weight.device();
-  at::Tensor ids = at::zeros({R, T}, at::TensorOptions().dtype(at::kLong));  // left-padded with id 0
-  at::Tensor pos = at::zeros({R, T}, at::TensorOptions().dtype(at::kLong));
-  std::vector<int64_t> rows, pads;
+  // Prompts that share a prefix with a released row take its slot and keep the shared entries.
+  std::vector<int64_t> rows(R, -1), kept(R, 0), claimed;
   for (int64_t r = 0; r < R; ++r) {
-    const int64_t w = static_cast<int64_t>(fed[r].size()), pad = T - w;
-    for (int64_t c = 0; c < T; ++c) {
-      if (c >= pad) ids[r][c] = fed[r][c - pad];
-      pos[r][c] = std::max<int64_t>(0, schedule_.prefill_position(c, pad));
-    }
-    rows.push_back(take_slot());
-    pads.push_back(pad);
+    if (static_cast<int64_t>(prompts[r].size()) > ctx) continue;  // its positions start past 0: nothing to share
+    const auto [slot, shared] = reusable(fed[r], claimed);
+    const int64_t keep = slot < 0 ? 0 : schedule_.reused_prefix(shared, static_cast<int64_t>(fed[r].size()));
+    if (keep < 1) continue;
+    Slot& s = slots_[slot];
+    s.cache->truncate(s.next - keep);
+    s.next = s.peak = keep;
+    s.tokens.resize(static_cast<size_t>(keep));
+    s.live = true;
+    rows[r] = slot, kept[r] = keep;
+    claimed.push_back(slot);
   }
-  check_token_ids(ids, model_.config().vocab_size, "RowBatch::add");
-  logits = run(rows, ids.to(dev), pos, pads);
-  // SPEC 4: a row's next position counts the tokens fed to it, whatever its prefill's columns.
-  for (int64_t r = 0; r < R; ++r) slots_[rows[r]].next = static_cast<int64_t>(fed[r].size());
+  // The others are prefilled together, left-padded to the longest.
+  std::vector<int64_t> fresh;
+  int64_t T = 0;
+  for (int64_t r = 0; r < R; ++r)
+    if (rows[r] < 0) fresh.push_back(r), T = std::max<int64_t>(T, static_cast<int64_t>(fed[r].size()));
+  const auto dev = model_.emb->weight.device();
+  std::vector<at::Tensor> out(static_cast<size_t>(R));  // (V) each
+  if (!fresh.empty()) {
+    const int64_t F = static_cast<int64_t>(fresh.size());
+    at::Tensor ids = at::zeros({F, T}, at::TensorOptions().dtype(at::kLong));  // left-padded with id 0
+    at::Tensor pos = at::zeros({F, T}, at::TensorOptions().dtype(at::kLong));
+    std::vector<int64_t> slots, pads;
+    for (int64_t f = 0; f < F; ++f) {
+      const auto& p = fed[fresh[f]];
+      const int64_t w = static_cast<int64_t>(p.size()), pad = T - w;
+      for (int64_t c = 0; c < T; ++c) {
+        if (c >= pad) ids[f][c] = p[c - pad];
+        pos[f][c] = std::max<int64_t>(0, schedule_.prefill_position(c, pad));
+      }
+      slots.push_back(take_slot());
+      pads.push_back(pad);
+    }
+    const at::Tensor l = run(slots, ids.to(dev), pos, pads);  // (F, V)
+    for (int64_t f = 0; f < F; ++f) {
+      Slot& s = slots_[slots[f]];
+      advance(s, static_cast<int64_t>(fed[fresh[f]].size()));  // SPEC 4: a row counts the tokens fed to it
+      s.tokens = fed[fresh[f]];
+      rows[fresh[f]] = slots[f];
+      out[fresh[f]] = l[f];
+    }
+  }
+  // The reused rows compute the rest of their prompts (at least the last token) as one chunk.
+  for (int64_t r = 0; r < R; ++r) {
+    if (kept[r] == 0) continue;
+    const int64_t from = std::min<int64_t>(kept[r], static_cast<int64_t>(fed[r].size()) - 1);
+    out[r] = extend(rows[r], std::vector<int64_t>(fed[r].begin() + from, fed[r].end()))[0];
+  }
+  logits = at::stack(out, 0);  // (R, V)
+  reused_ = kept;
   return rows;
 }
 
@@ -149,9 +204,11 @@ at::Tensor RowBatch::step(const std::vector<int64_t>& rows, const std::vector<in
   at::Tensor pos = at::empty({R, 1}, at::kLong);
   int64_t batch_next = 0;
   for (int64_t r : rows) batch_next = std::max(batch_next, live(r).next);
-  for (int64_t r = 0; r < R; ++r) pos[r][0] = schedule_.step_position(slots_[rows[r]].next, batch_next);  // SPEC 4: its own count
+  std::vector<int64_t> counters;
+  for (size_t r = 0; r < rows.size(); ++r) counters.push_back(schedule_.step_counter(rows, r));
+  for (int64_t r = 0; r < R; ++r) pos[r][0] = schedule_.step_position(slots_.at(counters[r]).next, batch_next);  // SPEC 4: its own count
   at::Tensor out = run(rows, idx.to(model_.emb->weight.device()), pos, std::vector<int64_t>(rows.size(), 0));
-  for (int64_t r : rows) ++slots_[r].next;
+  for (size_t r = 0; r < rows.size(); ++r) advance(slots_[counters[r]], 1), slots_[rows[r]].tokens.push_back(ids[r]);
   return out;
 }
 
@@ -164,19 +221,24 @@ at::Tensor RowBatch::extend(int64_t row, const std::vector<int64_t>& ids) {
                                 " ends past the " + std::to_string(ctx) + "-token window");
   at::Tensor idx = at::tensor(ids, at::kLong).view({1, T});
   check_token_ids(idx, model_.config().vocab_size, "RowBatch::extend");
-  at::Tensor pos = (at::arange(T, at::kLong) + s.next).view({1, T});  // (1, T): the row's own positions
+  at::Tensor pos = at::empty({1, T}, at::kLong);  // (1, T): the row's own positions, after its entries
+  for (int64_t i = 0; i < T; ++i) pos[0][i] = schedule_.extend_position(s.next, i);
   at::Tensor out = run({row}, idx.to(model_.emb->weight.device()), pos, {0});
-  s.next += T;
+  advance(s, T);
+  s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
   return out;
 }
 
 int64_t RowBatch::fork(int64_t row) {
   Slot& parent = live(row);
   auto copy = parent.cache->clone();
-  const int64_t next = parent.next;
-  const int64_t child = take_slot();
+  const int64_t next = parent.next, peak = parent.peak;
+  std::vector<int64_t> tokens = parent.tokens;
+  const int64_t child = take_slot();  // may grow slots_: `parent` is not used after it
   slots_[child].cache = std::move(copy);
   slots_[child].next = next;
+  slots_[child].peak = peak;
+  slots_[child].tokens = std::move(tokens);
   return child;
 }
 
@@ -185,9 +247,145 @@ void RowBatch::truncate(int64_t row, int64_t n) {
   if (n < 0 || n > s.next) throw std::invalid_argument("RowBatch::truncate: cannot drop " + std::to_string(n) + " tokens");
   s.cache->truncate(n);
   s.next -= n;
+  s.tokens.resize(s.tokens.size() - static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(s.tokens.size()))));
 }
 
 void RowBatch::release(int64_t row) { live(row).live = false; }
+
+RowBatch::RowState RowBatch::save(int64_t row) const {
+  if (row < 0 || row >= static_cast<int64_t>(slots_.size()) || !slots_[row].live)
+    throw std::invalid_argument("row " + std::to_string(row) + " is not in the batch");
+  const Slot& s = slots_[row];
+  const std::string why = s.cache->save_unsupported();
+  if (!why.empty()) throw std::logic_error(why);
+  RowState st;
+  for (int64_t l = 0; l < model_.config().n_layers; ++l) {
+    auto kv = s.cache->stored(l);
+    if (kv.first.defined()) kv = {kv.first.to(at::kCPU, at::kFloat), kv.second.to(at::kCPU, at::kFloat)};
+    st.layers.push_back(std::move(kv));
+  }
+  st.next = s.next, st.peak = s.peak, st.tokens = s.tokens;
+  return st;
+}
+
+int64_t RowBatch::restore(const RowState& st) {
+  const Config& cfg = model_.config();
+  if (static_cast<int64_t>(st.layers.size()) != cfg.n_layers)
+    throw std::invalid_argument("RowBatch::restore: a state of " + std::to_string(st.layers.size()) + " layers for a " +
+                                std::to_string(cfg.n_layers) + "-layer model");
+  const int64_t hd = cfg.d_model / cfg.n_heads;
+  int64_t stored = -1;
+  for (const auto& [k, v] : st.layers) {
+    const int64_t S = k.defined() ? k.size(2) : 0;
+    if (k.defined() != v.defined() || (k.defined() && (k.dim() != 4 || !k.sizes().equals(v.sizes()) || k.size(0) != 1 ||
+                                                       k.size(1) != cfg.n_heads || k.size(3) != hd)))
+      throw std::invalid_argument("RowBatch::restore: a layer's entries are not (1, " + std::to_string(cfg.n_heads) + ", S, " +
+                                  std::to_string(hd) + ") keys and values");
+    if (stored >= 0 && S != stored) throw std::invalid_argument("RowBatch::restore: the layers keep different numbers of entries");
+    stored = S;
+  }
+  if (st.next < stored || stored > cfg.context + kRollbackEntries || st.peak < st.next)
+    throw std::invalid_argument("RowBatch::restore: a row at position " + std::to_string(st.next) + " cannot keep " +
+                                std::to_string(stored) + " entries");
+  const int64_t row = take_slot();
+  Slot& s = slots_[row];
+  const auto dev = model_.emb->weight.device();
+  at::NoGradGuard no_grad;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const auto& [k, v] = st.layers[static_cast<size_t>(l)];
+    if (k.defined()) s.cache->update(l, k.to(dev), v.to(dev));  // every entry in one append: what the saved cache kept
+  }
+  s.next = st.next;  // past the window the cache holds fewer entries than the row has tokens: the row's position, not its cache's length
+  s.peak = st.peak;
+  s.tokens = st.tokens;
+  return row;
+}
+
+namespace {
+
+constexpr char kStateMagic[8] = {'T', 'G', 'R', 'O', 'W', 'S', 'T', '1'};
+
+void put(std::string& out, int64_t x) { out.append(reinterpret_cast<const char*>(&x), sizeof x); }
+void put(std::string& out, const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  out.append(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<size_t>(c.numel()) * sizeof(float));
+}
+
+class Reader {
+ public:
+  explicit Reader(const std::string& b) : b_(b) {}
+  int64_t i64(int64_t lo, int64_t hi, const char* what) {
+    int64_t x = 0;
+    take(&x, sizeof x);
+    if (x < lo || x > hi) throw std::invalid_argument(std::string("row state: ") + what + " " + std::to_string(x) + " out of range");
+    return x;
+  }
+  at::Tensor floats(std::vector<int64_t> shape) {
+    at::Tensor t = at::empty(shape, at::kFloat);
+    take(t.data_ptr<float>(), static_cast<size_t>(t.numel()) * sizeof(float));
+    return t;
+  }
+  void take(void* to, size_t n) {
+    if (n > b_.size() - at_) throw std::invalid_argument("row state: truncated");
+    std::memcpy(to, b_.data() + at_, n);
+    at_ += n;
+  }
+  bool done() const { return at_ == b_.size(); }
+
+ private:
+  const std::string& b_;
+  size_t at_ = 0;
+};
+
+}  // namespace
+
+std::string to_bytes(const RowBatch::RowState& st) {
+  std::string out(kStateMagic, sizeof kStateMagic);
+  put(out, static_cast<int64_t>(st.layers.size()));
+  put(out, st.next);
+  put(out, st.peak);
+  put(out, static_cast<int64_t>(st.tokens.size()));
+  for (int64_t id : st.tokens) put(out, id);
+  for (const auto& [k, v] : st.layers) {
+    put(out, k.defined() ? 1 : 0);
+    if (!k.defined()) continue;
+    for (int64_t d = 0; d < 4; ++d) put(out, k.size(d));
+    put(out, k.to(at::kCPU, at::kFloat));
+    put(out, v.to(at::kCPU, at::kFloat));
+  }
+  return out;
+}
+
+RowBatch::RowState row_state_from_bytes(const std::string& bytes) {
+  constexpr int64_t kBig = int64_t{1} << 40;
+  Reader in(bytes);
+  char magic[sizeof kStateMagic];
+  in.take(magic, sizeof magic);
+  if (std::memcmp(magic, kStateMagic, sizeof magic) != 0) throw std::invalid_argument("row state: not a tinygpt row state");
+  RowBatch::RowState st;
+  const int64_t layers = in.i64(1, 1 << 16, "layer count");
+  st.next = in.i64(0, kBig, "position");
+  st.peak = in.i64(0, kBig, "peak");
+  const int64_t n = in.i64(0, static_cast<int64_t>(bytes.size() / sizeof(int64_t)), "token count");
+  for (int64_t i = 0; i < n; ++i) st.tokens.push_back(in.i64(0, kBig, "token id"));
+  for (int64_t l = 0; l < layers; ++l) {
+    if (in.i64(0, 1, "layer flag") == 0) {
+      st.layers.emplace_back();
+      continue;
+    }
+    std::vector<int64_t> shape;
+    int64_t numel = 1;
+    for (int64_t d = 0; d < 4; ++d) {
+      shape.push_back(in.i64(1, 1 << 20, "dimension"));
+      numel *= shape.back();
+      if (numel > static_cast<int64_t>(bytes.size())) throw std::invalid_argument("row state: truncated");
+    }
+    at::Tensor k = in.floats(shape), v = in.floats(shape);
+    st.layers.emplace_back(k, v);
+  }
+  if (!in.done()) throw std::invalid_argument("row state: bytes after the last layer");
+  return st;
+}
 
 std::vector<int64_t> RowBatch::rows() const {
   std::vector<int64_t> out;

@@ -137,6 +137,14 @@ std::unique_ptr<KVCache> StaticKVCache::clone() const {
   return c;
 }
 
+std::pair<at::Tensor, at::Tensor> StaticKVCache::stored(int64_t layer) const {
+  if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))
+    throw std::out_of_range("StaticKVCache: layer " + std::to_string(layer) + " out of range");
+  const Layer& L = layers_[static_cast<size_t>(layer)];
+  if (!L.k.defined() || L.len == 0) return {};
+  return {L.k.narrow(2, L.begin, L.len).clone(), L.v.narrow(2, L.begin, L.len).clone()};
+}
+
 void StaticKVCache::truncate(int64_t n) {
   if (n < 0 || n > layers_[0].len)
     throw std::invalid_argument("StaticKVCache: cannot drop " + std::to_string(n) + " of " + std::to_string(layers_[0].len) + " entries");

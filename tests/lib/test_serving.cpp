@@ -151,5 +151,96 @@ TEST_F(Serving, AChunkedPromptEqualsThePromptAtOnce) {
   }
 }
 
+// Prefix reuse (a prompt cache): a prompt sharing a prefix with a released row takes its slot and
+// keeps the shared entries; a prompt cached whole keeps all but its last token, which is computed
+// again for its logits. Each equals the same prompt in a fresh batch; a row that left the window is
+// not reused (its first entries are gone), nor is a live one.
+TEST_F(Serving, APromptSharingAReleasedRowsPrefixReusesItsEntries) {
+  for (bool rolling : {true, false}) {
+    SCOPED_TRACE(rolling ? "rolling" : "static");
+    auto make = [this, rolling]() -> std::unique_ptr<KVCache> {
+      if (rolling) return std::make_unique<RollingKVCache>(cfg);
+      return std::make_unique<StaticKVCache>(cfg);
+    };
+    RowBatch rows(*model, make, DecodePath{});
+    auto fresh = [&](const std::vector<int64_t>& p) {
+      RowBatch b(*model, make, DecodePath{});
+      at::Tensor l;
+      b.add({p}, l);
+      return l[0];
+    };
+    at::Tensor l;
+    const int64_t a = rows.add({{1, 2, 3, 4, 5, 6}}, l)[0];
+    rows.step({a}, {7});
+    rows.release(a);
+    // Shares 4 tokens; and a miss beside it, prefilled from scratch.
+    const auto got = rows.add({{1, 2, 3, 4, 9, 10}, {11, 12}}, l);
+    EXPECT_EQ(got[0], a) << "the hit takes the released row's slot";
+    EXPECT_EQ(rows.reused(), (std::vector<int64_t>{4, 0}));
+    EXPECT_LT((l[0] - fresh({1, 2, 3, 4, 9, 10})).abs().max().item<double>(), 1e-5);
+    EXPECT_LT((l[1] - fresh({11, 12})).abs().max().item<double>(), 1e-5);
+    // Decoding on from a reused row equals decoding on from a fresh one.
+    RowBatch other(*model, make, DecodePath{});
+    at::Tensor lo;
+    const int64_t o = other.add({{1, 2, 3, 4, 9, 10}}, lo)[0];
+    EXPECT_LT((rows.step({got[0]}, {13}) - other.step({o}, {13})).abs().max().item<double>(), 1e-5);
+    EXPECT_EQ(rows.next_position(got[0]), 7);
+    // The whole prompt cached: all but its last token kept.
+    rows.release(got[0]);
+    rows.add({{1, 2, 3, 4, 9}}, l);
+    EXPECT_EQ(rows.reused(), (std::vector<int64_t>{4}));
+    EXPECT_LT((l[0] - fresh({1, 2, 3, 4, 9})).abs().max().item<double>(), 1e-5);
+    // A row that went past the window keeps no first entries: nothing is reused from it.
+    RowBatch past(*model, make, DecodePath{});
+    const int64_t p = past.add({{1, 2, 3}}, l)[0];
+    for (int i = 0; i < 20; ++i) past.step({p}, {5});
+    past.release(p);
+    past.add({{1, 2, 3, 5}}, l);
+    EXPECT_EQ(past.reused(), (std::vector<int64_t>{0}));
+  }
+}
+
+// A row's state as bytes: restored into another batch (or after the first is gone) it continues
+// exactly as the saved row, inside the window and past it, where the cache keeps fewer entries
+// than the row has tokens; bytes it did not write are refused.
+TEST_F(Serving, ASavedRowRestoredAnywhereContinuesAsItWould) {
+  for (bool rolling : {true, false}) {
+    SCOPED_TRACE(rolling ? "rolling" : "static");
+    auto make = [this, rolling]() -> std::unique_ptr<KVCache> {
+      if (rolling) return std::make_unique<RollingKVCache>(cfg);
+      return std::make_unique<StaticKVCache>(cfg);
+    };
+    for (int64_t steps : {int64_t{4}, 16 + kRollbackEntries + 9}) {  // inside the 16-token window, and past it
+      RowBatch a(*model, make, DecodePath{});
+      at::Tensor l;
+      const int64_t r = a.add({{1, 2, 3}}, l)[0];
+      for (int i = 0; i < steps; ++i) a.step({r}, {(5 + i) % 60});
+      const std::string bytes = to_bytes(a.save(r));
+      RowBatch b(*model, make, DecodePath{});
+      b.add({{9, 9}}, l);  // the restored row lands in slot 1
+      const int64_t q = b.restore(row_state_from_bytes(bytes));
+      EXPECT_EQ(q, 1);
+      EXPECT_EQ(b.next_position(q), a.next_position(r));
+      for (int i = 0; i < 6; ++i) {
+        const at::Tensor x = a.step({r}, {7 + i}), y = b.step({q}, {7 + i});
+        EXPECT_EQ((x - y).abs().max().item<double>(), 0.0) << "steps " << steps << ", step " << i << " after the restore";
+      }
+    }
+  }
+  RowBatch a(*model, [this] { return std::make_unique<StaticKVCache>(cfg); }, DecodePath{});
+  at::Tensor l;
+  const std::string bytes = to_bytes(a.save(a.add({{1, 2, 3}}, l)[0]));
+  EXPECT_THROW(row_state_from_bytes(bytes.substr(0, bytes.size() - 1)), std::invalid_argument) << "truncated";
+  EXPECT_THROW(row_state_from_bytes("not a state"), std::invalid_argument);
+  EXPECT_THROW(row_state_from_bytes(bytes + "x"), std::invalid_argument) << "trailing bytes";
+  Config other = cfg;
+  other.n_layers = 3;
+  GPT bigger(other, 3);
+  RowBatch c(*bigger, [other] { return std::make_unique<StaticKVCache>(other); }, DecodePath{});
+  EXPECT_THROW(c.restore(row_state_from_bytes(bytes)), std::invalid_argument) << "a state of another model";
+  RowBatch ring(*model, [this] { return std::make_unique<RingKVCache>(cfg); }, DecodePath{});
+  EXPECT_NE(RingKVCache(cfg).save_unsupported(), "");
+}
+
 }  // namespace
 }  // namespace tinygpt

@@ -46,6 +46,14 @@ class KVCache {
   // that remains, so entries those n had pushed out of the window come back: a cache keeps
   // kRollbackEntries beyond the window for that, and refuses a longer rollback.
   virtual void truncate(int64_t n);
+
+  // --- A row's state as a value (serving.h: save and restore) ---
+  // Empty when stored() works; else why not.
+  virtual std::string save_unsupported() const { return "this cache does not give its stored entries (KVCache::stored)"; }
+  // Copies of the entries `layer` keeps, oldest first: K and V (B, H, S, hd), the window and any kept
+  // for a rollback; undefined when empty. A new cache given them in one update() per layer continues
+  // exactly as this one would.
+  virtual std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const;
 };
 
 // Entries a rolling or static cache keeps beyond the window, so a rollback of up to this many tokens
@@ -68,6 +76,8 @@ class RollingKVCache final : public KVCache {
   std::string row_ops_unsupported() const override { return ""; }
   std::unique_ptr<KVCache> clone() const override;
   void truncate(int64_t n) override;
+  std::string save_unsupported() const override { return ""; }
+  std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const override;
 
  private:
   int64_t context_;

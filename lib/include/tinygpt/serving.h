@@ -1,7 +1,10 @@
 // What a serving engine does to a KV cache, on our model: a batch of independent sequences ("rows")
 // of different lengths, each with a cache of its own and positions of its own, decoded together;
 // rows join a running batch and leave it, fork (a copy that continues differently) and roll back
-// (drop the tokens of a rejected speculative draft). The arithmetic is the model's own step at
+// (drop the tokens of a rejected speculative draft), extend (a chunk of a prompt, or tokens appended
+// after generating), and reuse a released row's entries for a new prompt that shares its prefix
+// (llama-server's prompt cache: the shared entries are kept, the rest is computed, always at least
+// the prompt's last token, whose logits are the answer). The arithmetic is the model's own step at
 // per-row positions over the rows' keys assembled into one padded batch, each row seeing only its
 // own (the cache's key mask). Fork copies a row's cache (no copy-on-write: a fork is rare next to a
 // decode step, and a copy can never leak writes into its parent). Rollback keeps SPEC 4's window
@@ -9,15 +12,17 @@
 //
 // The loop's bookkeeping (where a row's tokens sit, what a reused row slot starts from) is a
 // ServingSchedule, so a harness can plant a loop bug without a branch here.
-// Leaves out paging and prefix sharing: every row's entries are its own.
+// Leaves out paging and sharing between live rows: every live row's entries are its own.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinygpt/decode_step.h"
@@ -40,6 +45,16 @@ class ServingSchedule {
   virtual int64_t step_position(int64_t row_next, int64_t batch_next) const;
   // A row slot freed by `release` and taken by a new row. Production: reset its cache.
   virtual void reuse(KVCache& cache) const;
+  // Position of token i of a chunk appended to a row whose next position is `row_next` (extend).
+  // Production: row_next + i (a chunk continues the row; it does not start again at 0).
+  virtual int64_t extend_position(int64_t row_next, int64_t i) const;
+  // Whose position counter request `request` of a step reads and advances, `rows` the step's row
+  // ids in request order. Production: rows[request], the request's own row.
+  virtual int64_t step_counter(const std::vector<int64_t>& rows, size_t request) const;
+  // How many entries of a released row to keep for a new prompt of `prompt_len` tokens whose first
+  // `shared` tokens equal that row's. Production: all the shared ones but never the whole prompt
+  // (its last token is computed again: its logits are the answer).
+  virtual int64_t reused_prefix(int64_t shared, int64_t prompt_len) const;
 };
 const ServingSchedule& production_serving();
 
@@ -57,8 +72,12 @@ class RowBatch {
 
   // New rows from prompts of any lengths (each its last `context` tokens), prefilled together:
   // left-padded to the longest, every row at its own positions. Returns the new rows' ids (a freed
-  // slot is taken first); `logits` (R, V) their last position's.
+  // slot is taken first); `logits` (R, V) their last position's. A prompt that shares a prefix with
+  // a released row that never left the window takes that row's slot and keeps the shared entries
+  // (reused(): how many, per new row); only its remaining tokens are computed, as one chunk.
   std::vector<int64_t> add(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits);
+  // Entries each row of the last add() kept from a released row (0: computed from scratch).
+  const std::vector<int64_t>& reused() const { return reused_; }
   // One token for each of `rows` (ids (R)), decoded in one batch, each at its own next position: (R, V).
   at::Tensor step(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
   // Several tokens for one row in one call (a chunk of a prompt, or tokens appended after generating),
@@ -73,6 +92,18 @@ class RowBatch {
   // `row` leaves the batch; its slot may be taken by a later row.
   void release(int64_t row);
 
+  // A row's state as a value (llama.cpp's llama_state_seq_*): what its cache keeps, per layer, its
+  // next position and the ids fed.
+  struct RowState {
+    std::vector<std::pair<at::Tensor, at::Tensor>> layers;  // per layer K, V (1, H, S, hd) float32 on the CPU; undefined when empty
+    int64_t next = 0, peak = 0;
+    std::vector<int64_t> tokens;
+  };
+  // Throws std::logic_error when the rows' caches cannot give their entries (KVCache::save_unsupported).
+  RowState save(int64_t row) const;
+  // A new row that continues exactly as the saved one would have: its id.
+  int64_t restore(const RowState& state);
+
   std::vector<int64_t> rows() const;       // the live rows, by id
   int64_t next_position(int64_t row) const;  // tokens fed to `row` so far
   KVCache& cache(int64_t row);
@@ -82,9 +113,14 @@ class RowBatch {
     std::unique_ptr<KVCache> cache;
     int64_t next = 0;  // the next token's position
     bool live = false;
+    std::vector<int64_t> tokens;  // the ids fed, in order (what a later prompt may share)
+    int64_t peak = 0;             // the furthest `next` since the slot was taken: past the window, entries are gone
   };
+  void advance(Slot& s, int64_t n) { s.next += n, s.peak = std::max(s.peak, s.next); }
   Slot& live(int64_t row);
   int64_t take_slot();
+  // The released slot sharing the longest prefix with `prompt` (and how long), not in `taken`; -1 if none.
+  std::pair<int64_t, int64_t> reusable(const std::vector<int64_t>& prompt, const std::vector<int64_t>& taken) const;
   at::Tensor run(const std::vector<int64_t>& rows, const at::Tensor& ids, const at::Tensor& positions,
                  const std::vector<int64_t>& pads);
 
@@ -93,6 +129,13 @@ class RowBatch {
   DecodePath path_;
   const ServingSchedule& schedule_;
   std::vector<Slot> slots_;
+  std::vector<int64_t> reused_;
 };
+
+// A row state as bytes (an opaque value a server stores or sends elsewhere) and back. The bytes
+// are this library's own layout (native byte order); from_bytes throws std::invalid_argument on
+// anything it did not write.
+std::string to_bytes(const RowBatch::RowState& state);
+RowBatch::RowState row_state_from_bytes(const std::string& bytes);
 
 }  // namespace tinygpt

@@ -39,6 +39,8 @@ class StaticKVCache final : public KVCache {
   std::string row_ops_unsupported() const override { return ""; }
   std::unique_ptr<KVCache> clone() const override;
   void truncate(int64_t n) override;
+  std::string save_unsupported() const override { return ""; }
+  std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const override;
 
   // The fused decode step's way in (fused_step.h): room for one new entry per (row, head) of
   // `layer`, CPU float32, with the same bookkeeping as update(). The caller writes the new key and
