@@ -170,13 +170,15 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
     r.detail = "skipped (--no-past-window): the target is never driven past the context";
     return true;
   }
-  if (!def.op.empty()) {
-    const std::string why = ctx.target.serving_unsupported(def.op);
+  for (size_t from = 0; from < def.op.size();) {  // "fork,truncate": each operation in turn
+    const size_t comma = std::min(def.op.find(',', from), def.op.size());
+    const std::string why = ctx.target.serving_unsupported(def.op.substr(from, comma - from));
     if (!why.empty()) {
       r.status = Status::Skipped;
       r.detail = "skipped: " + why;
       return true;
     }
+    from = comma + 1;
   }
   return false;
 }

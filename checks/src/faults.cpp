@@ -286,6 +286,83 @@ class TruncateForgetsTheWindow final : public FaultyCache {
   }
 };
 
+// A cache of the static layout - live entries at [begin, begin + len) of a buffer, the window and
+// kRollbackEntries more, moved back to slot 0 when the buffer's end is reached - whose fork copies
+// the buffer but not where the live entries begin. Harmless while they start at slot 0; a fork of a
+// row more than kRollbackEntries past the window sees other entries than its parent's.
+class ForkLosesTheOffset final : public KVCache {
+ public:
+  explicit ForkLosesTheOffset(const Config& c) : context_(c.context), layers_(static_cast<size_t>(c.n_layers)) {}
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
+    Layer& L = layers_.at(static_cast<size_t>(l));
+    // Room for two windows and their rollback entries: the live entries drift far from slot 0.
+    const int64_t T = k.size(2), cap = 2 * (context_ + kRollbackEntries) + T;
+    if (!L.k.defined() || L.k.size(0) != k.size(0) || L.k.size(1) != k.size(1) || L.k.size(3) != k.size(3)) {
+      L = Layer{};
+      L.k = at::zeros({k.size(0), k.size(1), cap, k.size(3)}, k.options());  // (B, H, cap, hd)
+      L.v = at::zeros_like(L.k);
+    }
+    if (L.begin + L.len + T > cap) {  // move the live entries to the front
+      L.k.narrow(2, 0, L.len).copy_(L.k.narrow(2, L.begin, L.len).clone());
+      L.v.narrow(2, 0, L.len).copy_(L.v.narrow(2, L.begin, L.len).clone());
+      L.begin = 0;
+    }
+    L.k.narrow(2, L.begin + L.len, T).copy_(k);
+    L.v.narrow(2, L.begin + L.len, T).copy_(v);
+    const int64_t seen = std::min(L.len, context_) + T;
+    L.len += T;
+    std::pair<at::Tensor, at::Tensor> out = {L.k.narrow(2, L.begin + L.len - seen, seen), L.v.narrow(2, L.begin + L.len - seen, seen)};
+    const int64_t over = L.len - (context_ + kRollbackEntries);
+    if (over > 0) L.begin += over, L.len -= over;
+    return out;
+  }
+  void reset() override { layers_.assign(layers_.size(), Layer{}); }
+  int64_t length() const override { return std::min(layers_[0].len, context_); }
+  int64_t bytes() const override {
+    int64_t n = 0;
+    for (const Layer& L : layers_)
+      if (L.k.defined()) n += 2 * L.len * L.k.size(0) * L.k.size(1) * L.k.size(3) * L.k.element_size();
+    return n;
+  }
+  std::string row_ops_unsupported() const override { return ""; }
+  std::unique_ptr<KVCache> clone() const override {
+    auto c = std::make_unique<ForkLosesTheOffset>(*this);
+    for (Layer& L : c->layers_) {
+      if (L.k.defined()) L.k = L.k.clone(), L.v = L.v.clone();
+      L.begin = 0;  // the bug: the copy reads its entries from the buffer's first slot
+    }
+    return c;
+  }
+  void truncate(int64_t n) override {
+    if (n < 0 || n > layers_[0].len) throw std::invalid_argument("cannot drop " + std::to_string(n) + " entries");
+    for (Layer& L : layers_) L.len -= n;
+  }
+
+ private:
+  struct Layer {
+    at::Tensor k, v;
+    int64_t begin = 0, len = 0;
+  };
+  int64_t context_;
+  std::vector<Layer> layers_;
+};
+
+// A row's state saved in part: without its oldest 16 entries (a fragmented cache saved from its
+// second block on), so the restored row attends to a shorter window than it had.
+class SavesInPart final : public Wrapped {
+ public:
+  explicit SavesInPart(const Config& c) : Wrapped(std::make_shared<StaticKVCache>(c)) {}
+  explicit SavesInPart(std::unique_ptr<KVCache> inner) : Wrapped(std::move(inner)) {}
+  std::unique_ptr<KVCache> clone() const override { return std::make_unique<SavesInPart>(inner_->clone()); }
+  std::string save_unsupported() const override { return ""; }
+  std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const override {
+    auto kv = inner_->stored(layer);
+    const int64_t S = kv.first.defined() ? kv.first.size(2) : 0, lost = std::min<int64_t>(16, S - 1);
+    if (lost < 1) return kv;
+    return {kv.first.narrow(2, lost, S - lost), kv.second.narrow(2, lost, S - lost)};
+  }
+};
+
 // Left padding without per-row positions: a ragged prefill's tokens numbered by their column in the
 // padded batch, so a shorter row's prompt sits `pad` positions late, while its decode steps count the
 // row's own tokens: the first step lands `pad` positions too close to its prompt. (A shift of a whole
@@ -307,6 +384,27 @@ class SlotReusedWithoutReset final : public ServingSchedule {
  public:
   void reuse(KVCache&) const override {}
 };
+
+// A chunk appended to a row (extend) numbered from 0 instead of from the row's next position.
+class ChunkPositionsRestart final : public ServingSchedule {
+ public:
+  int64_t extend_position(int64_t, int64_t i) const override { return i; }
+};
+
+// A step's position counters kept by request index instead of by row: request i reads and advances
+// the counter of slot i. The same while the rows of a step are slots 0, 1, 2... in order.
+class PositionByRequest final : public ServingSchedule {
+ public:
+  int64_t step_counter(const std::vector<int64_t>&, size_t request) const override { return static_cast<int64_t>(request); }
+};
+
+// A prompt whose every token is cached keeps all of them and feeds its last token again after them:
+// the reused prefix is one entry too long (the "last prompt token is computed again" edge).
+class ReusedPrefixTooLong final : public ServingSchedule {
+ public:
+  int64_t reused_prefix(int64_t shared, int64_t) const override { return shared; }
+};
+
 
 // A fault is the `static` production path - the preallocated cache, the decode kernels and the fused
 // step (cache_registry.cpp) - with one decision changed. Loop and serving-loop faults keep all of it.
@@ -342,19 +440,28 @@ CacheVariant cache_fault(std::string name, std::string description, std::vector<
   return v;
 }
 
-// Serving faults run the rows that drive a serving operation (the default rows never drive rows apart).
+// Serving faults run the rows that drive a serving operation (the default rows never drive rows
+// apart), but the three long ones - fork far past the window, churn, save-restore - only where the
+// fault is theirs: together they would triple the fault matrix's time.
+std::vector<std::string> serving_rows_for(const std::string& expected) {
+  std::vector<std::string> out;
+  for (const auto& n : row_operation_checks())
+    if (n == expected || (n != check::kFork && n != check::kChurn && n != check::kSaveRestore)) out.push_back(n);
+  return out;
+}
+
 template <typename Cache>
 CacheVariant serving_cache_fault(std::string name, std::string description, std::string expected) {
-  CacheVariant v = cache_fault<Cache>(std::move(name), std::move(description), {std::move(expected)});
-  v.checks = row_operation_checks();
+  CacheVariant v = cache_fault<Cache>(std::move(name), std::move(description), {expected});
+  v.checks = serving_rows_for(expected);
   return v;
 }
 
 template <typename Schedule>
 CacheVariant serving_loop_fault(std::string name, std::string description, std::string expected) {
-  CacheVariant v = fault(std::move(name), std::move(description), {std::move(expected)});
+  CacheVariant v = fault(std::move(name), std::move(description), {expected});
   v.serving = std::make_shared<Schedule>();
-  v.checks = row_operation_checks();
+  v.checks = serving_rows_for(expected);
   return v;
 }
 
@@ -414,6 +521,17 @@ void register_faults(CacheRegistry& r) {
   r.add(serving_cache_fault<TruncateOffByOne>("truncate-off-by-one", "a rollback drops one entry too few", check::kRollback));
   r.add(serving_cache_fault<TruncateForgetsTheWindow>(
       "truncate-forgets-the-window", "a rollback past the window does not bring back the entries the drafts pushed out", check::kRollback));
+  r.add(serving_cache_fault<ForkLosesTheOffset>("fork-loses-the-offset", "a fork forgets where its parent's live entries begin in the buffer",
+                                                check::kFork));
+  r.add(serving_loop_fault<ChunkPositionsRestart>("chunk-positions-restart", "a chunk appended to a row numbered from 0, not from the row's position",
+                                                  check::kChunkedPrefill));
+  r.add(serving_loop_fault<ReusedPrefixTooLong>("reused-prefix-too-long",
+                                                "a fully cached prompt keeps every entry and feeds its last token again after them",
+                                                check::kPrefixReuse));
+  r.add(serving_cache_fault<SavesInPart>("state-saved-in-part", "a row's state saved without its oldest 16 entries",
+                                         check::kSaveRestore));
+  r.add(serving_loop_fault<PositionByRequest>("position-by-request", "a step's position counters kept by request index, not by row",
+                                              check::kChurn));
 }
 
 }  // namespace tinygpt::checks

@@ -39,6 +39,8 @@ namespace {
 std::vector<int64_t> DecodeTarget::add_rows(const std::vector<std::vector<int64_t>>&, at::Tensor&) { unsupported(*this); }
 at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vector<int64_t>&) { unsupported(*this); }
 at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { unsupported(*this); }
+std::string DecodeTarget::save_row(int64_t) { unsupported(*this); }
+int64_t DecodeTarget::restore_row(const std::string&) { unsupported(*this); }
 int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
 void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
 void DecodeTarget::release_row(int64_t) { unsupported(*this); }
@@ -67,8 +69,11 @@ int ModelTarget::set_threads(int n) {
 std::string ModelTarget::serving_unsupported(const std::string& op) const {
   if (op == "threads") return "";  // LibTorch's threads, whatever the cache
   // Rows decode through the model's own step at per-row positions (serving.h), not through a step
-  // function bound to one cache: whether the variant's caches can be cloned and truncated decides.
-  return variant_->make_cache(model_->config())->row_ops_unsupported();
+  // function bound to one cache: whether the variant's caches can be cloned and truncated decides,
+  // and for save whether they give their entries.
+  const auto probe = variant_->make_cache(model_->config());
+  const std::string rows = probe->row_ops_unsupported();
+  return !rows.empty() || op != "save" ? rows : probe->save_unsupported();
 }
 
 RowBatch& ModelTarget::rows() {
@@ -91,6 +96,9 @@ at::Tensor ModelTarget::extend_row(int64_t row, const std::vector<int64_t>& ids)
 int64_t ModelTarget::fork_row(int64_t row) { return rows().fork(row); }
 void ModelTarget::truncate_row(int64_t row, int64_t n) { rows().truncate(row, n); }
 void ModelTarget::release_row(int64_t row) { rows().release(row); }
+std::vector<int64_t> ModelTarget::reused() const { return rows_ ? rows_->reused() : std::vector<int64_t>{}; }
+std::string ModelTarget::save_row(int64_t row) { return to_bytes(rows().save(row)); }
+int64_t ModelTarget::restore_row(const std::string& state) { return rows().restore(row_state_from_bytes(state)); }
 
 at::Tensor ModelTarget::prefill(const at::Tensor& ids) {
   at::NoGradGuard no_grad;

@@ -80,7 +80,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   io.controls = production;
   io.reference = &ref;
   // The production caches run every row but the engine-only ones (self: our prefill is what
-  // logits compares with): the default set, what serving engines do to a cache, batch sizes 1 to 8.
+  // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
   io.control_checks = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
   // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
   // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are

@@ -15,6 +15,9 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     top-k-widens       top-k keeps the k + 1 best
     f16-cache          keys and values stored in float16 (a cache bug under our fp32 contract)
     chunk-positions-restart  `extend` numbers a chunk's tokens from 0, not from the row's next position
+    reused-prefix-too-long   a fully cached prompt keeps every entry and feeds its last token again after them
+    position-by-request      a step's positions read by request index, not by row (the i-th live row's counter)
+    restore-position-from-window  a restored row's position taken from its window's length (wrong past the window)
     threads-race       one logit moves whenever the engine runs on more than one thread
   what real engines do on purpose:
     seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
@@ -26,8 +29,13 @@ Protocol 2 (rows by id: ragged prefills, rows joining and leaving, fork, truncat
 its own cache, every entry it ever stored, and attends to its window (the newest `context` plus the
 new ones); a rollback past the window brings the older entries back, as SPEC 4's window over the
 remaining sequence requires. Protocol 3 adds `extend` (several tokens appended to a row in one
-request). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
+request) and prompt caching: a released row is kept, and a new prompt that shares a prefix with it
+takes its entries up to that prefix (never the prompt's last token, whose logits are the answer) and
+computes the rest; the prefill answer says how many entries each row reused ("reused"); and `save`
+(a row's state as base64 of its pickled entries and position) with `restore` (a new row from it). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
 """
+import base64
+import io
 import json
 import math
 import os
@@ -42,14 +50,16 @@ import series_reference as ref  # noqa: E402
 
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
-         "top-k-widens", "f16-cache", "chunk-positions-restart", "threads-race", "seed-sampler", "top-k-exact", "gelu-tanh"}
+         "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
+         "restore-position-from-window", "threads-race",
+         "seed-sampler", "top-k-exact", "gelu-tanh"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
 
 # The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
 PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "3"))
 OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads"],
-              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "extend"]}
+              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "extend", "save"]}
 
 
 def has(name):
@@ -130,39 +140,69 @@ class Engine:
 
     def reset(self):
         self.caches, self.pos = None, 0
-        self.rows = {}  # protocol 2: row id -> {"kv": [[K, V] per layer], "pos": next position}
+        self.rows = {}  # protocol 2: row id -> {"kv": [[K, V] per layer], "pos": next position, "ids": the ids fed}
+        self.released = []  # protocol 3: rows that left, newest last, for prompts that share their prefix
 
     def new_row(self):
         layers, heads = len(self.model.blocks), self.model.blocks[0].attn.n_heads
         hd = self.model.c["d_model"] // heads
         empty = lambda: torch.zeros(1, heads, 0, hd)  # noqa: E731
         rid = next(i for i in range(len(self.rows) + 1) if i not in self.rows)
-        self.rows[rid] = {"kv": [[empty(), empty()] for _ in range(layers)], "pos": 0}
+        self.rows[rid] = {"kv": [[empty(), empty()] for _ in range(layers)], "pos": 0, "ids": []}
         return rid
+
+    def take_released(self, prompt):
+        """The released row sharing the longest prefix with `prompt` (taken out of the pool), and how long."""
+        best, shared = None, 0
+        for i, row in enumerate(self.released):
+            if row["pos"] > self.model.c["context"]:
+                continue  # its window moved on: keep it simple, as our library does
+            n = 0
+            for a, b in zip(prompt, row["ids"]):
+                if a != b:
+                    break
+                n += 1
+            if n > shared:
+                best, shared = i, n
+        return (None, 0) if best is None else (self.released.pop(best), shared)
 
     def add_rows(self, ids):
         if self.model is None:
             raise ValueError("no model loaded")
-        out, made = [], []
+        out, made, reused = [], [], []
+        ctx = self.model.c["context"]
         for r in ids:
             if not r:
                 raise ValueError("an empty row")
+            fed = list(r[-ctx:])
+            old, shared = self.take_released(fed) if PROTOCOL >= 3 and len(r) <= ctx else (None, 0)
+            keep = shared if has("reused-prefix-too-long") else min(shared, len(fed) - 1)
             rid = self.new_row()
             row = self.rows[rid]
-            x = torch.tensor([r[-self.model.c["context"]:]], dtype=torch.long)
-            out.append(row_forward(self.model, x, row, 0).tolist())
-            row["pos"] = x.shape[1]
+            if old is not None and keep > 0:
+                row["kv"] = [[K[:, :, :keep], V[:, :, :keep]] for K, V in old["kv"]]
+                row["pos"], row["ids"] = keep, fed[:keep]
+                fed = fed[min(keep, len(fed) - 1):]  # at least the last token is computed: its logits are the answer
+            x = torch.tensor([fed], dtype=torch.long)
+            out.append(row_forward(self.model, x, row, row["pos"]).tolist())
+            row["pos"] += x.shape[1]
+            row["ids"] += fed
             made.append(rid)
+            reused.append(keep if old is not None and keep > 0 else 0)
+        self.reused = reused
         return out, made
 
     def step_rows(self, rows, ids):
         out = []
-        for rid, r in zip(rows, ids):
+        order = list(self.rows)  # the engine's own order of its live rows
+        for i, (rid, r) in enumerate(zip(rows, ids)):
             if rid not in self.rows or len(r) != 1:
                 raise ValueError("row %r is not live, or not one id" % rid)
             row = self.rows[rid]
-            out.append(row_forward(self.model, torch.tensor([r], dtype=torch.long), row, row["pos"]).tolist())
-            row["pos"] += 1
+            counter = self.rows[order[i]] if has("position-by-request") else row
+            out.append(row_forward(self.model, torch.tensor([r], dtype=torch.long), row, counter["pos"]).tolist())
+            counter["pos"] += 1
+            row["ids"] += r
         return out
 
     def extend(self, rid, ids):
@@ -175,6 +215,7 @@ class Engine:
         start = 0 if has("chunk-positions-restart") else row["pos"]
         out = row_forward(self.model, torch.tensor([ids], dtype=torch.long), row, start).tolist()
         row["pos"] += len(ids)
+        row["ids"] += ids
         return out
 
     def fork(self, rid):
@@ -182,8 +223,23 @@ class Engine:
             raise ValueError("row %r is not live" % rid)
         new = self.new_row()
         src = self.rows[rid]
-        self.rows[new] = {"kv": [[K.clone(), V.clone()] for K, V in src["kv"]], "pos": src["pos"]}
+        self.rows[new] = {"kv": [[K.clone(), V.clone()] for K, V in src["kv"]], "pos": src["pos"], "ids": list(src["ids"])}
         return new
+
+    def save(self, rid):
+        if rid not in self.rows:
+            raise ValueError("row %r is not live" % rid)
+        buf = io.BytesIO()
+        torch.save(self.rows[rid], buf)
+        return base64.b64encode(buf.getvalue()).decode("ascii")
+
+    def restore(self, state):
+        row = torch.load(io.BytesIO(base64.b64decode(state, validate=True)), weights_only=True)
+        if has("restore-position-from-window"):
+            row["pos"] = min(row["pos"], self.model.c["context"])
+        rid = self.new_row()
+        self.rows[rid] = row
+        return rid
 
     def truncate(self, rid, n):
         row = self.rows[rid]
@@ -191,6 +247,7 @@ class Engine:
             raise ValueError("cannot drop %d tokens" % n)
         row["kv"] = [[K[:, :, :K.shape[2] - n], V[:, :, :V.shape[2] - n]] for K, V in row["kv"]]
         row["pos"] -= n
+        row["ids"] = row["ids"][:len(row["ids"]) - n]
 
     def load(self, req):
         if req.get("format") != "pt":
@@ -317,6 +374,8 @@ def main():
             elif op == "prefill" and rows_mode:
                 logits, made = engine.add_rows(req["ids"])
                 out = {"ok": True, "logits": logits, "rows": made}
+                if PROTOCOL >= 3:
+                    out["reused"] = engine.reused
             elif op == "step" and rows_mode:  # without "rows": every live row, in order
                 out = {"ok": True, "logits": engine.step_rows(req.get("rows", sorted(engine.rows)), req["ids"])}
             elif op in ("prefill", "step"):
@@ -325,11 +384,17 @@ def main():
                 out = {"ok": True, "logits": [engine.extend(req["row"], req["ids"])]}
             elif op == "fork":
                 out = {"ok": True, "row": engine.fork(req["row"])}
+            elif op == "save" and PROTOCOL >= 3:
+                out = {"ok": True, "state": engine.save(req["row"])}
+            elif op == "restore" and PROTOCOL >= 3:
+                out = {"ok": True, "row": engine.restore(req["state"])}
             elif op == "truncate":
                 engine.truncate(req["row"], req["n"])
                 out = {"ok": True}
             elif op == "release":
-                engine.rows.pop(req["row"], None)
+                row = engine.rows.pop(req["row"], None)
+                if row is not None:
+                    engine.released = (engine.released + [row])[-8:]  # a bounded prompt cache
                 out = {"ok": True}
             elif op == "threads":
                 n = req.get("n")

@@ -495,16 +495,17 @@ TEST_F(Harness, PrecisionStatisticsAreReportedAndCanJudge) {
 }
 
 // What serving engines do to a cache, on the production caches: every serving check passes and
-// batch sizes 1-8 are measured; a cache that cannot fork (the CUDA graph's ring) is skipped, saying why.
+// batch sizes 1-8, 15-17 and 31-33 are measured; a cache that cannot fork (the CUDA graph's ring) is skipped, saying why.
 TEST_F(Harness, TheProductionCachesPassWhatServingEnginesDo) {
-  const std::vector<std::string> serving = {"ragged", "join-leave", "fork", "rollback", "batch-sizes"};
+  const std::vector<std::string> serving = {"ragged", "join-leave", "fork", "rollback", "shared-prefix", "batch-sizes"};
   for (const char* name : {"rolling", "static"}) {
     ModelTarget t(model, cache_registry().get(name));
     const auto r = run_checks(model, opts, t, serving);
     ASSERT_EQ(r.checks.size(), serving.size());
     for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Pass) << name << " " << c.name << ": " << c.detail;
     const CheckResult& sizes = r.checks.back();
-    for (int b = 1; b <= 8; ++b) EXPECT_TRUE(sizes.stats.count("invariance_b" + std::to_string(b))) << b;
+    for (int b = 1; b <= 33; ++b)
+      EXPECT_EQ(sizes.stats.count("invariance_b" + std::to_string(b)), b <= 8 || (b >= 15 && b <= 17) || b >= 31 ? 1u : 0u) << b;
     EXPECT_EQ(sizes.stats.at("invariance_b1"), 0.0) << "a batch of one is the row alone";
   }
   CacheVariant ring;
@@ -557,6 +558,58 @@ TEST_F(Harness, ChunkedPrefillPassesOurCachesAndFailsAChunkThatLosesAToken) {
   ring.make_cache = [](const Config& c) { return std::make_unique<RingKVCache>(c); };
   ModelTarget t(model, ring);
   EXPECT_EQ(run_checks(model, opts, t, {check::kChunkedPrefill}).checks[0].status, Status::Skipped);
+}
+
+// prefix-reuse on our caches: RowBatch keeps every shared entry but never a prompt's last token,
+// and the row says so; beside each hit a miss. A target that does not say what it reused passes and
+// the row says that instead.
+class SaysNothingOfReuse final : public DecodeTarget {
+ public:
+  SaysNothingOfReuse(GPT model, const CacheVariant& v) : inner_(std::move(model), v) {}
+  std::string name() const override { return "a target that does not report reuse"; }
+  int64_t context() const override { return inner_.context(); }
+  void reset() override { inner_.reset(); }
+  at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
+  at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
+  std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
+  std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
+  at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
+  void release_row(int64_t row) override { inner_.release_row(row); }
+
+ private:
+  ModelTarget inner_;
+};
+
+TEST_F(Harness, PrefixReusePassesOurCachesSayingWhatTheyReused) {
+  // The small model's 8-token prompt (a quarter of its 32-token window): shares of 9, 8, 5, 4, 3, 1.
+  for (const char* name : {"rolling", "static"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, opts, t, {check::kPrefixReuse});
+    EXPECT_EQ(r.checks[0].status, Status::Pass) << name << ": " << r.checks[0].detail;
+    EXPECT_NE(r.checks[0].detail.find("reused/shared: 8/9, 7/8, 5/5, 4/4, 3/3, 1/1"), std::string::npos) << r.checks[0].detail;
+    EXPECT_LT(*r.checks[0].figure, 1e-5) << name;
+  }
+  SaysNothingOfReuse quiet(model, cache_registry().get("static"));
+  const auto r = run_checks(model, opts, quiet, {check::kPrefixReuse});
+  EXPECT_EQ(r.checks[0].status, Status::Pass) << r.checks[0].detail;
+  EXPECT_NE(r.checks[0].detail.find("does not say what it reused"), std::string::npos) << r.checks[0].detail;
+  // The planted edge: a prompt cached whole keeps every entry and feeds its last token after them.
+  ModelTarget bad(model, cache_registry().get("reused-prefix-too-long"));
+  const auto f = run_checks(model, opts, bad, {check::kPrefixReuse});
+  EXPECT_EQ(f.checks[0].status, Status::Fail) << f.checks[0].detail;
+  EXPECT_NE(f.checks[0].detail.find("sharing 9 tokens (the target reused 9)"), std::string::npos) << f.checks[0].detail;
+}
+
+TEST_F(Harness, ForkPastTheWindowCatchesAForkThatLosesTheOffset) {
+  ModelTarget good(model, cache_registry().get("static"));
+  const auto g = run_checks(model, opts, good, {check::kFork});
+  EXPECT_EQ(g.checks[0].status, Status::Pass) << g.checks[0].detail;
+  // The second fork: 32 + 64 + 16 - 3 steps in, the parent's entries no longer start at slot 0.
+  EXPECT_NE(g.checks[0].detail.find("forked after 16 and 109 steps"), std::string::npos) << g.checks[0].detail;
+  ModelTarget bad(model, cache_registry().get("fork-loses-the-offset"));
+  const auto b = run_checks(model, opts, bad, {check::kFork});
+  EXPECT_EQ(b.checks[0].status, Status::Fail) << b.checks[0].detail;
+  EXPECT_NE(b.checks[0].detail.find("the child forked after 109 steps"), std::string::npos) << b.checks[0].detail;
 }
 
 // A target whose logits move by `shift` (at one id) whenever it runs on more than one thread: a race.

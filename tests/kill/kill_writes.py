@@ -234,12 +234,12 @@ def log_rows(d):
 def part_train(a, rng):
     corpus = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
     base = [a.tinygpt, "train", "--corpus", corpus, "--tokenizer", os.path.join(a.golden, "tokenizer.json"),
-            "--steps", "24", "--batch", "2", "--eval-every", "4", "--seed", "7", "--threads", "2"]
+            "--steps", str(a.train_steps), "--batch", "2", "--eval-every", "4", "--seed", "7", "--threads", "2"]
     ref = os.path.join(a.work, "train-ref")
     shutil.rmtree(ref, ignore_errors=True)
     took = timed_run(base + ["--out", ref])
     want = safetensors_tensors(os.path.join(ref, "last.safetensors"))
-    print(f"kill-test: train (24 steps) takes {took:.1f} s uninterrupted", flush=True)
+    print(f"kill-test: train ({a.train_steps} steps) takes {took:.1f} s uninterrupted", flush=True)
     run = os.path.join(a.work, "train-kill")
     shutil.rmtree(run, ignore_errors=True)
     resumed_from = []
@@ -298,6 +298,7 @@ def main():
     ap.add_argument("golden")
     ap.add_argument("work")
     ap.add_argument("--kills", type=int, default=5)
+    ap.add_argument("--train-steps", type=int, default=24, help="steps of each train run (a validation every 4)")
     ap.add_argument("--golden-kills", type=int, default=4, help="kills of golden update (each run takes ~30 s)")
     ap.add_argument("--seed", type=int, default=12)
     ap.add_argument("--only", default="selftest,train,convert,golden")

@@ -60,7 +60,8 @@ at::Tensor RemoteTarget::step(const at::Tensor& ids) {
 
 std::string RemoteTarget::serving_unsupported(const std::string& op) const {
   if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
-  if (protocol_ < 3 && op == "extend") return "the engine speaks protocol 2 (extend is protocol 3's)";
+  if (protocol_ < 3 && (op == "extend" || op == "save"))
+    return "the engine speaks protocol 2 (" + op + " is protocol 3's)";
   if (!op.empty() && std::find(operations_.begin(), operations_.end(), op) == operations_.end())
     return "the engine does not support " + op + " (its hello's operations: " + engine_json(json(operations_)) + ")";
   return "";
@@ -110,6 +111,21 @@ std::vector<int64_t> answer_rows(const json& a, size_t n) {
   return ids;
 }
 
+std::vector<int64_t> answer_reused(const json& a, const std::vector<std::vector<int64_t>>& prompts) {
+  if (!a.contains("reused")) return {};
+  const json& r = a["reused"];
+  if (!r.is_array() || r.size() != prompts.size())
+    throw WrongAnswer("'prefill' answered \"reused\" that is not a list of " + std::to_string(prompts.size()) + " counts: " + engine_json(r));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!r[i].is_number_integer() || r[i].get<int64_t>() < 0 || r[i].get<int64_t>() > static_cast<int64_t>(prompts[i].size()))
+      throw WrongAnswer("'prefill' answered \"reused\" " + engine_json(r[i]) + " for a " + std::to_string(prompts[i].size()) +
+                        "-token prompt (a count in [0, its length])");
+    out.push_back(r[i].get<int64_t>());
+  }
+  return out;
+}
+
 int answer_before(const json& a) {
   if (!a.contains("before") || !a["before"].is_number_integer() || a["before"].get<int64_t>() < 1 ||
       a["before"].get<int64_t>() > 1 << 20)
@@ -139,7 +155,9 @@ std::vector<std::vector<int64_t>> answer_sample_ids(const json& a, size_t rows, 
 std::vector<int64_t> RemoteTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& out) {
   const json a = ok({{"op", "prefill"}, {"ids", rows_of_ids(prompts)}});
   out = logits(a, static_cast<int64_t>(prompts.size()), "prefill");
-  return answer_rows(a, prompts.size());
+  std::vector<int64_t> rows = answer_rows(a, prompts.size());
+  reused_ = answer_reused(a, prompts);
+  return rows;
 }
 
 at::Tensor RemoteTarget::step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
@@ -155,6 +173,14 @@ int64_t RemoteTarget::fork_row(int64_t row) { return answer_row(ok({{"op", "fork
 void RemoteTarget::truncate_row(int64_t row, int64_t n) { ok({{"op", "truncate"}, {"row", row}, {"n", n}}); }
 void RemoteTarget::release_row(int64_t row) { ok({{"op", "release"}, {"row", row}}); }
 int RemoteTarget::set_threads(int n) { return answer_before(ok({{"op", "threads"}, {"n", n}})); }
+std::string RemoteTarget::save_row(int64_t row) { return answer_state(ok({{"op", "save"}, {"row", row}})); }
+int64_t RemoteTarget::restore_row(const std::string& state) { return answer_row(ok({{"op", "restore"}, {"state", state}}), "restore"); }
+
+std::string answer_state(const json& a) {
+  if (!a.contains("state") || !a["state"].is_string() || a["state"].get_ref<const std::string&>().empty())
+    throw WrongAnswer("'save' answered without \"state\": the row's state as a non-empty string");
+  return a["state"].get<std::string>();
+}
 
 at::Tensor answer_logits(const json& a, int64_t rows, int64_t vocab_, const std::string& op) {
   if (!a.contains("logits") || !a["logits"].is_array() || static_cast<int64_t>(a["logits"].size()) != rows)

@@ -33,10 +33,15 @@ inline constexpr int kProtocol = 3;
 at::Tensor answer_logits(const nlohmann::json& answer, int64_t rows, int64_t vocab, const std::string& op);
 // prefill's "rows": the ids of `n` new rows.
 std::vector<int64_t> answer_rows(const nlohmann::json& answer, size_t n);
+// The optional "reused" of a prefill answer: entries per new row served from the engine's cache
+// (n of them, each in [0, prompt length]); empty when the answer does not say.
+std::vector<int64_t> answer_reused(const nlohmann::json& answer, const std::vector<std::vector<int64_t>>& prompts);
 // fork's "row": one integer id.
 int64_t answer_row(const nlohmann::json& answer, const std::string& op);
 // threads' "before": a positive thread count.
 int answer_before(const nlohmann::json& answer);
+// The "state" of a save answer: a non-empty string (the engine's opaque value, sent back as it came).
+std::string answer_state(const nlohmann::json& answer);
 // sample's "ids": `rows` rows of `n` ids each in [0, vocab).
 std::vector<std::vector<int64_t>> answer_sample_ids(const nlohmann::json& answer, size_t rows, int64_t n, int64_t vocab);
 // Throws EngineUnusable when hello's fields have the wrong types or name a protocol outside 1 to kProtocol.
@@ -67,6 +72,9 @@ class RemoteTarget final : public DecodeTarget {
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;
   int set_threads(int n) override;
+  std::vector<int64_t> reused() const override { return reused_; }
+  std::string save_row(int64_t row) override;
+  int64_t restore_row(const std::string& state) override;
   int64_t requests() const { return p_.requests(); }
 
   // Set once the engine could not be talked to: every later request throws it again.
@@ -84,6 +92,7 @@ class RemoteTarget final : public DecodeTarget {
   std::vector<std::string> deviations_;
   int64_t vocab_, context_;
   std::optional<std::string> unusable_;
+  std::vector<int64_t> reused_;  // the last prefill's "reused", when it said
   bool has_sampler_ = true;
   int protocol_ = 1;
   std::vector<std::string> operations_;

@@ -30,6 +30,12 @@ void batch_sizes_check(CheckContext&, CheckResult&);
 void chunked_prefill_check(CheckContext&, CheckResult&);
 // thread_counts.cpp
 void thread_counts_check(CheckContext&, CheckResult&);
+// prefix_reuse.cpp, churn.cpp, and shared-prefix with its family in serving_rows.cpp
+void prefix_reuse_check(CheckContext&, CheckResult&);
+void shared_prefix_check(CheckContext&, CheckResult&);
+void churn_check(CheckContext&, CheckResult&);
+// save_restore.cpp
+void save_restore_check(CheckContext&, CheckResult&);
 
 namespace {
 
@@ -79,14 +85,19 @@ std::vector<CheckDef> make_table() {
       {check::kJoinLeave,
        "a row leaving and another joining a running batch change no row: each equals its sequence alone", join_leave_check,
        serving, Judge::Reference, "join", Cost::Run, "a joined row stepped at the batch's position, a freed slot reused unreset"},
-      {check::kFork, "a forked row and its parent continue apart, each equal to its sequence alone, past the window",
-       fork_check, serving, Judge::Reference, "fork", Cost::Run, "a fork sharing storage with its parent"},
+      {check::kFork,
+       "a row forked early and again far past the window (its entries moved): parent and children continue apart, each "
+       "equal to its sequence alone",
+       fork_check, serving, Judge::Reference, "fork", Cost::Run,
+       "a fork sharing storage with its parent, a fork that loses where the parent's live entries begin"},
       {check::kRollback,
        "drafts rolled back inside the window, across its edge and past it leave the sequence without them", rollback_check,
        serving, Judge::Reference, "truncate", Cost::Run,
        "a rollback one entry off, one that cannot bring back the entries a draft pushed out of the window"},
       {check::kBatchSizes,
-       "batch sizes 1-8: every row within the tolerance of itself alone; bitwise invariance measured", batch_sizes_check,
+       "batch sizes 1-8, 15-17 and 31-33 (bucket edges): every row within the tolerance of itself alone; bitwise "
+       "invariance measured",
+       batch_sizes_check,
        static_cast<Tags>(Tag::Serving), Judge::Invariance, "", Cost::Runs,
        "a row over the tolerance from itself alone; with --require-batch-invariance, any difference"},
       {check::kChunkedPrefill,
@@ -99,6 +110,27 @@ std::vector<CheckDef> make_table() {
        "invariance measured",
        thread_counts_check, 0, Judge::Invariance, "threads", Cost::Runs,
        "a cache or kernel that races between threads; with --require-thread-invariance, any difference"},
+      {check::kPrefixReuse,
+       "prompts sharing 1 to all of a left row's tokens (the whole prompt, and one more), each admitted beside a miss: "
+       "every row equals its sequence alone, however much the target reused (the row says how much)",
+       prefix_reuse_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged,join", Cost::Run,
+       "a reused prefix at the wrong positions or one entry too long (the last prompt token not computed again), the old "
+       "row's entries left visible"},
+      {check::kSharedPrefix,
+       "rows sharing a 96-token prefix with tails of their own, in one batch: each equals its sequence alone",
+       shared_prefix_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged", Cost::Run,
+       "a shared prefix served to the wrong row or at the wrong positions (cascade attention)"},
+      {check::kChurn,
+       "a seeded plan of 96 operations (admit, step, fork, rollback, extend, release; up to 8 rows live): every row, "
+       "live or gone, equals its sequence alone at every position it showed",
+       churn_check, serving, Judge::Reference, "join", Cost::Run,
+       "cache-layout bugs that need churn: a slot freed out of order, a position kept by request instead of by row, a "
+       "released row's entries left visible"},
+      {check::kSaveRestore,
+       "a row saved as a value inside and past the window, restored beside live rows, after a reset and after churn: "
+       "each continues as the saved row did",
+       save_restore_check, serving, Judge::Reference, "save", Cost::Run,
+       "a state saved in part, a restored row positioned by its cache's length, a restore into a slot not made fresh"},
   };
   std::set<std::string> names;
   for (const auto& c : t) {

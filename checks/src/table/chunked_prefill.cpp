@@ -48,34 +48,6 @@ std::string label(const std::vector<int64_t>& sizes) {
   return s;
 }
 
-// What one row's run showed: its sequence, and the logits seen at some of its positions.
-struct Seen {
-  std::vector<int64_t> seq;
-  std::vector<int64_t> positions;
-  std::vector<at::Tensor> logits;  // (V) each, predicting seq[position + 1]
-  void add(int64_t position, const at::Tensor& l) { positions.push_back(position), logits.push_back(l.to(at::kCPU)); }
-};
-
-// Greedy steps of `row`, each chosen from the logits seen last.
-void decode(DecodeTarget& t, int64_t row, int64_t n, Seen& s) {
-  for (int64_t i = 0; i < n; ++i) {
-    s.seq.push_back(top1(s.logits.back()));
-    s.add(static_cast<int64_t>(s.seq.size()) - 1, t.step_rows({row}, {s.seq.back()}).to(at::kCPU)[0]);
-  }
-}
-
-// The seen logits against the reference over the row's own sequence; false (and `r` says where) when over.
-bool judge(CheckContext& c, CheckResult& r, const Seen& s, const std::string& what) {
-  std::vector<int64_t> full(s.seq.begin(), s.seq.end());
-  full.push_back(0);  // the last seen logits predict a token not chosen yet: any id, it is never read
-  const at::Tensor seq = at::tensor(full, at::kLong).unsqueeze(0).to(c.opts.prompt.device());  // (1, L + 1)
-  const StepReference ref = reference_for(c.model, seq, 1, seq.size(1) - 1);                   // full: (1, L, V)
-  const at::Tensor idx = at::tensor(s.positions, at::kLong).to(ref.full.device());
-  judge_positions(r, c.tol(), at::stack(s.logits, 0).unsqueeze(0), ref.full.index_select(1, idx), s.positions);
-  if (!r.ok()) r.detail = what + ": " + r.detail;
-  return r.ok();
-}
-
 }  // namespace
 
 void chunked_prefill_check(CheckContext& c, CheckResult& r) {
@@ -106,8 +78,8 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
     if (!(d <= c.tol().logits))
       return set_result(r, false, what + ": the prompt's last logits differ from the one-pass prefill by " + sci(d) + " > " +
                                       sci(c.tol().logits));
-    decode(c.target, row, n.decode_after, s);
-    if (!judge(c, r, s, what)) return;
+    decode_seen(c.target, row, n.decode_after, s);
+    if (!judge_seen(c, r, s, what)) return;
   }
   // Continue after generate: tokens appended in one request to a row that has been decoding.
   c.target.reset();
@@ -115,15 +87,15 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
   s.seq = serving_prompt(n.first_prompt, 1, V);
   const int64_t row = c.target.add_rows({s.seq}, logits)[0];
   s.add(n.first_prompt - 1, logits.to(at::kCPU)[0]);
-  decode(c.target, row, n.generated, s);
+  decode_seen(c.target, row, n.generated, s);
   s.seq.push_back(top1(s.logits.back()));  // the last generated token, appended with the new ones
   const std::vector<int64_t> more = serving_prompt(n.appended, 2, V);
   std::vector<int64_t> appended = {s.seq.back()};
   appended.insert(appended.end(), more.begin(), more.end());
   s.seq.insert(s.seq.end(), more.begin(), more.end());
   s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.extend_row(row, appended));
-  decode(c.target, row, n.generated, s);
-  if (!judge(c, r, s, "extended by " + std::to_string(appended.size()) + " tokens after " + std::to_string(n.generated) + " steps"))
+  decode_seen(c.target, row, n.generated, s);
+  if (!judge_seen(c, r, s, "extended by " + std::to_string(appended.size()) + " tokens after " + std::to_string(n.generated) + " steps"))
     return;
   r.figure = std::max(worst_vs_one_pass, r.figure.value_or(0));
   const auto odd = chunkings(n.prompt).back();

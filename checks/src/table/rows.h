@@ -69,10 +69,28 @@ int64_t serving_steps(const CheckContext& c, int64_t full);
 std::vector<LiveRow> admit(CheckContext& c, const std::vector<std::vector<int64_t>>& prompts, std::vector<RowRun>& runs);
 // One step of every live row with its greedy token, recording the logits it was chosen from.
 void step_all(DecodeTarget& t, std::vector<LiveRow>& live);
+// One step of every live row with ids[i] for live[i], recording the logits each was chosen from.
+void step_with(DecodeTarget& t, std::vector<LiveRow>& live, const std::vector<int64_t>& ids);
 // Records each live row's last logits and greedy token without feeding it (the run ends).
 void finish(std::vector<LiveRow>& live);
 // Judges every run against the reference of its own sequence alone; fills `r` and returns false at
 // the first run over the bound. `worst` collects the largest banded |diff|.
 bool judge_rows(CheckContext& c, CheckResult& r, const std::vector<std::pair<std::string, const RowRun*>>& runs, double& worst);
+
+// --- rows judged at chosen positions of their sequences (chunked prefill, prefix reuse) ---
+
+// What one row showed: its sequence, and the logits seen at some of its positions; logits[i] (V)
+// predicts seq[positions[i] + 1].
+struct Seen {
+  std::vector<int64_t> seq;
+  std::vector<int64_t> positions;
+  std::vector<at::Tensor> logits;
+  void add(int64_t position, const at::Tensor& l);
+};
+// Greedy steps of `row`, each chosen from the logits seen last.
+void decode_seen(DecodeTarget& t, int64_t row, int64_t n, Seen& s);
+// The seen logits against the reference over the row's own sequence alone; false (and `r` says
+// where, after `what`) when over the bound. `worst`, when given, collects the largest |diff|.
+bool judge_seen(CheckContext& c, CheckResult& r, const Seen& s, const std::string& what, double* worst = nullptr);
 
 }  // namespace tinygpt::checks

@@ -1,6 +1,6 @@
 // The serving rows of the check table: what serving engines do to a KV cache - ragged batches,
 // rows joining and leaving, fork, rollback - each row judged against our reference model run on
-// that row's own sequence alone, inside and past the window (SPEC 4). And batch sizes 1 to 8: every
+// that row's own sequence alone, inside and past the window (SPEC 4). And batch sizes 1-8, 15-17 and 31-33: every
 // row within the tolerance of itself alone, with how far from bitwise identical it is, measured.
 #include <ATen/ATen.h>
 
@@ -38,16 +38,21 @@ std::vector<LiveRow> admit(CheckContext& c, const std::vector<std::vector<int64_
   return live;
 }
 
-void step_all(DecodeTarget& t, std::vector<LiveRow>& live) {
-  std::vector<int64_t> rows, ids;
-  for (LiveRow& row : live) {
-    row.run->logits.push_back(row.next);
-    row.run->seq.push_back(top1(row.next));
-    rows.push_back(row.id);
-    ids.push_back(row.run->seq.back());
+void step_with(DecodeTarget& t, std::vector<LiveRow>& live, const std::vector<int64_t>& ids) {
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < live.size(); ++i) {
+    live[i].run->logits.push_back(live[i].next);
+    live[i].run->seq.push_back(ids[i]);
+    rows.push_back(live[i].id);
   }
   const at::Tensor out = t.step_rows(rows, ids).to(at::kCPU);  // (R, V)
   for (size_t i = 0; i < live.size(); ++i) live[i].next = out[static_cast<int64_t>(i)].clone();
+}
+
+void step_all(DecodeTarget& t, std::vector<LiveRow>& live) {
+  std::vector<int64_t> ids;
+  for (const LiveRow& row : live) ids.push_back(top1(row.next));
+  step_with(t, live, ids);
 }
 
 void finish(std::vector<LiveRow>& live) {
@@ -69,6 +74,30 @@ bool judge_rows(CheckContext& c, CheckResult& r, const std::vector<std::pair<std
     }
   }
   return true;
+}
+
+void Seen::add(int64_t position, const at::Tensor& l) { positions.push_back(position), logits.push_back(l.to(at::kCPU)); }
+
+void decode_seen(DecodeTarget& t, int64_t row, int64_t n, Seen& s) {
+  for (int64_t i = 0; i < n; ++i) {
+    s.seq.push_back(top1(s.logits.back()));
+    s.add(static_cast<int64_t>(s.seq.size()) - 1, t.step_rows({row}, {s.seq.back()}).to(at::kCPU)[0]);
+  }
+}
+
+bool judge_seen(CheckContext& c, CheckResult& r, const Seen& s, const std::string& what, double* worst) {
+  std::vector<int64_t> full(s.seq.begin(), s.seq.end());
+  full.push_back(0);  // the last seen logits predict a token not chosen yet: any id, it is never read
+  const at::Tensor seq = at::tensor(full, at::kLong).unsqueeze(0).to(c.opts.prompt.device());  // (1, L + 1)
+  const StepReference ref = reference_for(c.model, seq, 1, seq.size(1) - 1);                   // full: (1, L, V)
+  // Inside the window the full forward; past it the banded one (SPEC 4's window), position for position.
+  const bool inside = *std::max_element(s.positions.begin(), s.positions.end()) < ref.full.size(1);
+  const at::Tensor& against = inside ? ref.full : ref.band;
+  const at::Tensor idx = at::tensor(s.positions, at::kLong).to(against.device());
+  const StepDiffs d = judge_positions(r, c.tol(), at::stack(s.logits, 0).unsqueeze(0), against.index_select(1, idx), s.positions);
+  if (worst) *worst = std::max(*worst, d.worst);
+  if (!r.ok()) r.detail = what + ": " + r.detail;
+  return r.ok();
 }
 
 // Rows of different prompt lengths prefilled together and decoded together until the shortest is
@@ -121,33 +150,80 @@ void join_leave_check(CheckContext& c, CheckResult& r) {
                           std::to_string(B.logits.size()) + " steps: every row equals its sequence alone (worst |diff| " + sci(worst) + ")");
 }
 
-// A row forked: the parent goes on greedily, the child from the runner-up; both past the window,
-// each against its own sequence alone (so the parent is untouched by the child).
+// A row forked twice: after 16 steps (the parent's entries still from 0) and again far past the
+// window, where a cache's live entries no longer start at its first slot (a static cache has
+// compacted, a rolling one trimmed). The parent goes on greedily, each child from the runner-up;
+// all past the window, each against its own sequence alone (so the parent is untouched by them).
 void fork_check(CheckContext& c, CheckResult& r) {
-  constexpr int64_t kForkAfter = 16;  // decode steps before the fork
+  constexpr int64_t kForkAfter = 16;  // decode steps before the first fork
   const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
   c.target.reset();
   std::vector<RowRun> runs;
+  runs.reserve(3);  // the parent's and the children's runs: the live rows point into it
   std::vector<LiveRow> live = admit(c, {serving_prompt(3, 0, V)}, runs);
-  for (int64_t i = 0; i < kForkAfter; ++i) step_all(c.target, live);
-  RowRun& P = runs[0];
-  RowRun K = P;  // the child shares the parent's history so far
-  const int64_t child = c.target.fork_row(live[0].id);
-  // The parent takes its greedy token, the child the runner-up: from here they differ.
-  const at::Tensor top2 = std::get<1>(live[0].next.topk(2));
-  const int64_t mine = top2[0].item<int64_t>(), theirs = top2[1].item<int64_t>();
-  P.logits.push_back(live[0].next), P.seq.push_back(mine);
-  K.logits.push_back(live[0].next), K.seq.push_back(theirs);
-  const at::Tensor out = c.target.step_rows({live[0].id, child}, {mine, theirs}).to(at::kCPU);  // (2, V)
-  live = {{live[0].id, &P, out[0].clone()}, {child, &K, out[1].clone()}};
-  const int64_t steps = serving_steps(c, ctx + kPastTheWindow - P.prompt - (kForkAfter + 1));  // both past the window
-  for (int64_t i = 0; i < steps; ++i) step_all(c.target, live);
+  const int64_t prompt = runs[0].prompt;
+  // The second fork: its parent kRollbackEntries + 16 past the window, its entries moved. The row
+  // runs that far whatever --tokens (not with --no-past-window: then it stops at the window's edge).
+  const int64_t late = ctx + kRollbackEntries + 16 - prompt;
+  const int64_t total = c.opts.past_window ? late + kPastTheWindow : serving_steps(c, ctx - prompt);
+  std::vector<int64_t> at;  // the parent's step at each fork
+  for (int64_t i = 0; i < total; ++i) {
+    std::vector<int64_t> ids;
+    for (const LiveRow& row : live) ids.push_back(top1(row.next));
+    if (i == kForkAfter || (i == late && c.opts.past_window)) {
+      // The parent takes its greedy token, the child the runner-up: from here they differ.
+      const int64_t child = c.target.fork_row(live[0].id);
+      runs.push_back(runs[0]);  // the child shares the parent's history so far
+      live.push_back({child, &runs.back(), live[0].next});
+      ids.push_back(std::get<1>(live[0].next.topk(2))[1].item<int64_t>());
+      at.push_back(i);
+    }
+    step_with(c.target, live, ids);
+  }
   finish(live);
+  std::vector<std::pair<std::string, const RowRun*>> judged = {{"the parent", &runs[0]}};
+  for (size_t k = 0; k < at.size(); ++k)
+    judged.emplace_back("the child forked after " + std::to_string(at[k]) + " steps (at position " + std::to_string(prompt + at[k]) + ")",
+                        &runs[k + 1]);
   double worst = 0;
-  if (!judge_rows(c, r, {{"the parent", &P}, {"the child (forked after 16 steps)", &K}}, worst)) return;
+  if (!judge_rows(c, r, judged, worst)) return;
   r.figure = worst;
-  set_result(r, true, "forked after " + std::to_string(kForkAfter) + " steps, parent and child " + std::to_string(P.logits.size()) +
-                          " steps each: both equal their sequences alone (worst |diff| " + sci(worst) + ")");
+  std::string forks;
+  for (int64_t a : at) forks += (forks.empty() ? "" : " and ") + std::to_string(a);
+  set_result(r, true, "forked after " + forks + " steps" +
+                          (at.size() < 2 ? " (not again past the window: --no-past-window)" : "") +
+                          ", the parent ran " + std::to_string(runs[0].logits.size()) +
+                          " steps: parent and children equal their sequences alone (worst |diff| " + sci(worst) + ")");
+}
+
+// Rows sharing a long prefix (the fixture's 96 tokens) with tails of their own, in one batch (what
+// cascade attention and prefix-sharing kernels serve from one copy of the prefix): each row against
+// its sequence alone for 32 steps.
+void shared_prefix_check(CheckContext& c, CheckResult& r) {
+  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  const int64_t shared = std::min<int64_t>(96, ctx * 3 / 8);
+  const std::vector<int64_t> tails = {1, 6, 13};
+  const std::vector<int64_t> prefix = serving_prompt(shared, 0, V);
+  std::vector<std::vector<int64_t>> prompts;
+  for (size_t b = 0; b < tails.size(); ++b) {
+    prompts.push_back(prefix);
+    const std::vector<int64_t> tail = serving_prompt(tails[b], 3 + static_cast<int64_t>(b), V);
+    prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
+  }
+  c.target.reset();
+  std::vector<RowRun> runs;
+  std::vector<LiveRow> live = admit(c, prompts, runs);
+  const int64_t n = serving_steps(c, 32);
+  for (int64_t i = 0; i + 1 < n; ++i) step_all(c.target, live);
+  finish(live);
+  std::vector<std::pair<std::string, const RowRun*>> judged;
+  for (size_t b = 0; b < runs.size(); ++b)
+    judged.emplace_back("row " + std::to_string(b) + " (the prefix and a " + std::to_string(tails[b]) + "-token tail)", &runs[b]);
+  double worst = 0;
+  if (!judge_rows(c, r, judged, worst)) return;
+  r.figure = worst;
+  set_result(r, true, "three rows sharing a " + std::to_string(shared) + "-token prefix (tails of 1, 6 and 13), " + std::to_string(n) +
+                          " steps: every row equals its sequence alone (worst |diff| " + sci(worst) + ")");
 }
 
 // Speculative drafts rejected: at three points (inside the window, across its edge, past it) a draft
@@ -197,10 +273,28 @@ void rollback_check(CheckContext& c, CheckResult& r) {
                           "without them (worst |diff| " + sci(worst) + ")");
 }
 
-// Batch sizes 1 to kMaxBatch through the target's own loop: each row within the tolerance of that row
-// alone (a failure otherwise), and how far from bitwise identical, measured per batch size.
+namespace {
+// "1-3,5,31-33" for ascending sizes.
+std::string ranges(const std::vector<int64_t>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    s += (s.empty() ? "" : ",") + std::to_string(v[i]) + (j > i ? "-" + std::to_string(v[j]) : "");
+    i = j + 1;
+  }
+  return s;
+}
+}  // namespace
+
+// Batch sizes 1 to 8, 15 to 17 and 31 to 33 (where engines' kernels and captured graphs change
+// shape at 16 and 32) through the target's own loop: each row within the tolerance of that row alone (a
+// failure otherwise), and how far from bitwise identical, measured per batch size.
 void batch_sizes_check(CheckContext& c, CheckResult& r) {
-  constexpr int64_t kMaxBatch = 8, kSteps = 24;
+  constexpr int64_t kMaxBatch = 33, kSteps = 16;
+  std::vector<int64_t> sizes;
+  for (int64_t B = 1; B <= 8; ++B) sizes.push_back(B);
+  for (int64_t B : {15, 16, 17, 31, 32, 33}) sizes.push_back(B);
   const int64_t V = c.model->config().vocab_size, n = std::min<int64_t>(c.opts.tokens, kSteps);
   const at::Tensor base = c.opts.prompt.narrow(0, 0, 1);
   const int64_t T0 = base.size(1);
@@ -208,8 +302,8 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
   std::vector<at::Tensor> alone;
   for (int64_t b = 0; b < kMaxBatch; ++b) alone.push_back(c.target.generate(all.narrow(0, b, 1), n, greedy()).logits.to(at::kCPU));
   double worst = 0;
-  std::string exact, inexact;
-  for (int64_t B = 1; B <= kMaxBatch; ++B) {
+  std::vector<int64_t> exact, inexact;
+  for (int64_t B : sizes) {
     const Generation g = c.target.generate(all.narrow(0, 0, B), n, greedy());
     const at::Tensor got = g.logits.to(at::kCPU);
     double d = 0;
@@ -227,17 +321,16 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
     }
     r.stats["invariance_b" + std::to_string(B)] = d;
     worst = std::max(worst, d);
-    std::string& list = d == 0 ? exact : inexact;
-    list += (list.empty() ? "" : ",") + std::to_string(B);
+    (d == 0 ? exact : inexact).push_back(B);
     if (d > c.tol().logits)
       return set_result(r, false, "batch " + std::to_string(B) + ": a row differs from itself alone by " + sci(d) + " > " +
                                       sci(c.tol().logits));
   }
   r.figure = worst;
   r.bound = "max |diff| <= " + sci(c.tol().logits) + (c.opts.require_batch_invariance ? ", and bitwise identical" : "");
-  const std::string what = "batch sizes 1-" + std::to_string(kMaxBatch) + ", " + std::to_string(n) + " steps: every row within " +
-                           sci(c.tol().logits) + " of itself alone; bitwise identical at " + (exact.empty() ? std::string("none") : exact) +
-                           (inexact.empty() ? "" : ", largest |diff| " + sci(worst) + " (at " + inexact + ")");
+  const std::string what = "batch sizes " + ranges(sizes) + ", " + std::to_string(n) + " steps: every row within " +
+                           sci(c.tol().logits) + " of itself alone; bitwise identical at " + (exact.empty() ? std::string("none") : ranges(exact)) +
+                           (inexact.empty() ? "" : ", largest |diff| " + sci(worst) + " (at " + ranges(inexact) + ")");
   set_result(r, !(c.opts.require_batch_invariance && worst > 0), what);
 }
 

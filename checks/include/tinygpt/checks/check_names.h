@@ -23,6 +23,10 @@ inline constexpr const char kRollback[] = "rollback";
 inline constexpr const char kBatchSizes[] = "batch-sizes";
 inline constexpr const char kChunkedPrefill[] = "chunked-prefill";
 inline constexpr const char kThreadCounts[] = "thread-counts";
+inline constexpr const char kPrefixReuse[] = "prefix-reuse";
+inline constexpr const char kSharedPrefix[] = "shared-prefix";
+inline constexpr const char kChurn[] = "churn";
+inline constexpr const char kSaveRestore[] = "save-restore";
 
 // The prefix of every sampler row's name.
 inline constexpr const char kSamplerPrefix[] = "sampler/";

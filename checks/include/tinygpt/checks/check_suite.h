@@ -144,8 +144,8 @@ struct CheckDef {
   std::function<void(CheckContext&, CheckResult&)> run;
   Tags tags = 0;
   Judge judge = Judge::Reference;
-  // The serving operation the row drives (ragged, join, fork, truncate; DecodeTarget::serving_unsupported):
-  // the row is skipped, saying why, on a target without it. Empty: none.
+  // The serving operations the row drives, comma-separated (ragged, join, fork, truncate, extend;
+  // DecodeTarget::serving_unsupported): the row is skipped, saying why, on a target without one. Empty: none.
   std::string op;
   Cost cost = Cost::Run;
   std::string catches;  // one line: the bugs a failure points to, for the docs and `tinygpt checks`

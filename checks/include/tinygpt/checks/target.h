@@ -83,6 +83,13 @@ class DecodeTarget {
   virtual void release_row(int64_t row);
   // The threads the target computes with from now on (op "threads"): returns the count before.
   virtual int set_threads(int n);
+  // Entries each row of the last add_rows kept from the target's own cache (a prefix it shared with
+  // a released row), one per row, when the target says; empty when it does not.
+  virtual std::vector<int64_t> reused() const { return {}; }
+  // `row`'s state as an opaque value (op "save"), and a new row from one that continues exactly as
+  // the saved row would have (its id): after a reset too, in another slot, in another batch.
+  virtual std::string save_row(int64_t row);
+  virtual int64_t restore_row(const std::string& state);
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -115,6 +122,9 @@ class ModelTarget final : public DecodeTarget {
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;
   int set_threads(int n) override;  // LibTorch's intra-op threads (process-wide)
+  std::vector<int64_t> reused() const override;
+  std::string save_row(int64_t row) override;  // RowBatch::save as bytes (serving.h's to_bytes)
+  int64_t restore_row(const std::string& state) override;
 
  private:
   RowBatch& rows();

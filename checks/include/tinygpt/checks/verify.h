@@ -1,6 +1,6 @@
 // The main job, `tinygpt verify`, as a library call: on a model (the shipped fixture by default),
 // every production cache through every model check at batch 1 (prompt ids [1, 2, 3]: the default
-// set, the serving checks and batch sizes 1 to 8) and at a batch of three different prompts; the fault matrix (every fault through every check, the
+// set, the serving checks and batch sizes 1-8, 15-17 and 31-33) and at a batch of three different prompts; the fault matrix (every fault through every check, the
 // production caches as negative controls); every golden case through every production cache; and
 // the seed's sampler self-check. Returns the rows and the matrix; the caller prints and exits.
 // Independent runs go side by side on the CPU (parallel_runs.h): one per intra-op thread.

@@ -1,0 +1,102 @@
+// save-restore: a row's state saved as an opaque value (llama.cpp's llama_state_seq_*, a server
+// parking a conversation) and restored as a new row must continue exactly as the saved row would
+// have: into another slot while other rows run, after a reset, and after churn (rows admitted and
+// released around it); saved inside the window and past it, where a cache keeps fewer entries than
+// the row has tokens (the bugs engines have had: a fragmented cache saved in part, a restored row
+// that takes its position from its cache's length). Each continuation is compared with the saved
+// row's own logits at the same steps, and the saved row with the reference.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "rows.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+constexpr int64_t kAfter = 16;  // steps each restored row continues
+
+// Feeds `row` the saved run's tokens after step `from` and returns the largest |diff| between its
+// logits and the saved run's at the same steps, with the first step over the bound (-1: none).
+std::pair<double, int64_t> continue_as(DecodeTarget& t, int64_t row, const RowRun& saved, int64_t from, double bound) {
+  double worst = 0;
+  int64_t first_over = -1;
+  for (int64_t j = 0; j < kAfter; ++j) {
+    const int64_t id = saved.seq[static_cast<size_t>(saved.prompt + from + j)];
+    const at::Tensor got = t.step_rows({row}, {id}).to(at::kCPU)[0];  // (V): predicts the token after id
+    const double d = (got - saved.logits[static_cast<size_t>(from + j + 1)]).abs().max().item<double>();
+    worst = std::max(worst, d);
+    if (first_over < 0 && !(d <= bound)) first_over = j;
+  }
+  return {worst, first_over};
+}
+
+}  // namespace
+
+void save_restore_check(CheckContext& c, CheckResult& r) {
+  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  c.target.reset();
+  // The saved row and a bystander decode together; the row is saved inside the window and far past
+  // it, where its cache keeps fewer entries than it has tokens (the window and kRollbackEntries).
+  std::vector<RowRun> runs;
+  std::vector<LiveRow> live = admit(c, {serving_prompt(5, 0, V), serving_prompt(9, 1, V)}, runs);
+  const int64_t prompt = runs[0].prompt;
+  std::vector<int64_t> at = {24};
+  // Not in shortened runs (the fault matrix's serving_tokens): a state saved in part shows inside the window.
+  const bool far = c.opts.past_window && c.opts.serving_tokens == 0;
+  if (far) at.push_back(ctx + kRollbackEntries + 24 - prompt);
+  const int64_t total = at.back() + kAfter + 1;
+  std::vector<std::string> states;
+  for (int64_t i = 0; i < total; ++i) {
+    if (std::find(at.begin(), at.end(), i) != at.end()) states.push_back(c.target.save_row(live[0].id));
+    step_all(c.target, live);
+  }
+  finish(live);
+  double worst = 0;
+  if (!judge_rows(c, r, {{"the saved row", &runs[0]}, {"the row beside it", &runs[1]}}, worst)) return;
+  const RowRun& saved = runs[0];
+  const double bound = c.tol().logits;
+  double parted = 0;  // the largest |diff| of a restored row from the saved one
+  auto judge = [&](int64_t row, size_t k, const std::string& how) {
+    const auto [d, over] = continue_as(c.target, row, saved, at[k], bound);
+    parted = std::max(parted, d);
+    if (over < 0) return true;
+    set_result(r, false, "restored " + how + " (saved after " + std::to_string(at[k]) + " steps, " +
+                             (at[k] + prompt > ctx ? "past" : "inside") + " the window): step " + std::to_string(over + 1) +
+                             " after the restore differs from the saved row's own by more than " + sci(bound) + " (worst " + sci(d) + ")");
+    r.figure = d;
+    return false;
+  };
+  // Into another slot, while the saved row and its neighbour are still live.
+  for (size_t k = 0; k < states.size(); ++k) {
+    const int64_t row = c.target.restore_row(states[k]);
+    if (!judge(row, k, "beside live rows")) return;
+    c.target.release_row(row);
+  }
+  // After a reset: nothing left of the batch it was saved from.
+  for (size_t k = 0; k < states.size(); ++k) {
+    c.target.reset();
+    if (!judge(c.target.restore_row(states[k]), k, "after a reset")) return;
+  }
+  // After churn: rows admitted, stepped and released around it, so it lands in a freed slot that is
+  // neither the first nor the last.
+  for (size_t k = 0; k < states.size(); ++k) {
+    c.target.reset();
+    at::Tensor logits;
+    const std::vector<int64_t> rows = c.target.add_rows({serving_prompt(7, 2, V), serving_prompt(3, 3, V), serving_prompt(11, 4, V)}, logits);
+    for (int s = 0; s < 4; ++s) c.target.step_rows(rows, {1, 2, 3});
+    c.target.release_row(rows[1]);
+    if (!judge(c.target.restore_row(states[k]), k, "after churn")) return;
+  }
+  r.figure = std::max(worst, parted);
+  r.stats["restored_vs_saved"] = parted;
+  std::string when = "after " + std::to_string(at[0]) + " steps";
+  if (at.size() > 1) when += " and after " + std::to_string(at[1]) + " (past the window)";
+  else when += c.opts.past_window ? " (not past the window in a shortened run)" : " (not past the window: --no-past-window)";
+  set_result(r, true, "saved " + when + ", restored beside live rows, after a reset and after churn: each continues " +
+                          std::to_string(kAfter) + " steps as the saved row did (largest |diff| " + sci(parted) +
+                          "); the saved row equals its sequence alone (worst |diff| " + sci(worst) + ")");
+}
+
+}  // namespace tinygpt::checks

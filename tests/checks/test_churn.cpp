@@ -1,0 +1,272 @@
+// churn as a RapidCheck state machine (rc::state): the operations of churn.h generated from the
+// run's shape, each one's logits judged against our reference over that row's own sequence as it
+// runs. Our caches pass; a planted serving fault fails, and RapidCheck shrinks the failure to a short
+// script of operations that replays it. And the seeded `churn` row: its plan is the same every time,
+// and it catches the faults it names.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/state.h>
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/check_names.h"
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/churn.h"
+#include "tinygpt/checks/target.h"
+
+namespace tinygpt::checks {
+namespace {
+
+Config small_config() {
+  Config c;
+  c.vocab_size = 256;
+  c.d_model = 64;
+  c.n_heads = 4;
+  c.n_layers = 2;
+  c.context = 32;
+  return c;
+}
+
+// The system under test: a churn run on one cache variant of our model, judged as it goes.
+struct Sut {
+  Sut(GPT m, const CacheVariant& v) : model(std::move(m)), target(model, v), run(target, model->config().vocab_size, model->config().context, 6) {}
+  GPT model;
+  ModelTarget target;
+  ChurnRun run;
+};
+
+struct Op final : rc::state::Command<ChurnShape, Sut> {
+  explicit Op(ChurnOp o) : op(std::move(o)) {}
+  ChurnOp op;
+  void checkPreconditions(const ChurnShape& s) const override { RC_PRE(s.applicable(op)); }
+  void apply(ChurnShape& s) const override { s.apply(op); }
+  void run(const ChurnShape&, Sut& sut) const override {
+    sut.run.apply(op);
+    for (int64_t k : sut.run.touched()) {
+      const ChurnVerdict v = churn_verdict(sut.model, sut.run.rows()[k], kLogitTolerance);
+      RC_ASSERT_FALSE(v.first_over >= 0);  // row k parted from its sequence alone
+    }
+  }
+  void show(std::ostream& os) const override { os << to_string(op); }
+};
+
+// One operation that may apply to `s` (RapidCheck discards and draws again when it does not).
+rc::Gen<std::shared_ptr<const rc::state::Command<ChurnShape, Sut>>> next_op(const ChurnShape& s) {
+  return rc::gen::exec([s] {
+    const std::vector<int64_t> live = s.live_rows();
+    ChurnOp op;
+    // Every kind at every size (RapidCheck's ranges grow with the size: small cases would draw
+    // only the first kinds).
+    op.kind = live.empty() ? ChurnOp::Kind::Admit : static_cast<ChurnOp::Kind>(*rc::gen::resize(100, rc::gen::inRange(0, 6)));
+    switch (op.kind) {
+      case ChurnOp::Kind::Admit: op.n = *rc::gen::inRange<int64_t>(1, s.context + 1); break;
+      case ChurnOp::Kind::Step:
+        for (int64_t k : live)
+          if (*rc::gen::arbitrary<bool>()) op.rows.push_back(k);
+        if (op.rows.empty()) op.rows.push_back(*rc::gen::elementOf(live));
+        op.n = *rc::gen::inRange<int64_t>(1, 17);
+        break;
+      default:
+        op.rows = {*rc::gen::elementOf(live)};
+        op.n = op.kind == ChurnOp::Kind::Truncate ? *rc::gen::inRange<int64_t>(1, 7)
+               : op.kind == ChurnOp::Kind::Extend ? *rc::gen::inRange<int64_t>(1, 13)
+                                                  : 1;
+    }
+    return std::shared_ptr<const rc::state::Command<ChurnShape, Sut>>(std::make_shared<Op>(op));
+  });
+}
+
+// Keeps RapidCheck's own report out of the log: an expected failure must not look like a real one.
+class Silent : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+rc::detail::TestResult churn_property(GPT& model, const CacheVariant& v, int cases) {
+  rc::detail::TestParams params;
+  params.seed = 20261201;
+  params.maxSuccess = cases;
+  params.maxSize = 60;  // operations per case, at most
+  Silent silent;
+  ChurnShape start;
+  start.context = model->config().context;
+  start.max_live = 6;
+  return rc::detail::checkTestable(
+      [&] {
+        Sut sut(model, v);
+        rc::state::check(start, sut, next_op);
+      },
+      rc::detail::TestMetadata{"churn/" + v.name, "churn"}, params, silent);
+}
+
+// The operations of a shrunk counterexample, one per line (RapidCheck shows the command sequence).
+std::vector<std::string> script_of(const rc::detail::FailureResult& f) {
+  std::vector<std::string> ops;
+  for (const auto& shown : f.counterExample) {
+    std::istringstream lines(shown.second);
+    for (std::string line; std::getline(lines, line);) {
+      const auto a = line.find_first_not_of(" \t[],");
+      if (a == std::string::npos) continue;
+      line = line.substr(a);
+      while (!line.empty() && (line.back() == ',' || line.back() == ']' || line.back() == ' ')) line.pop_back();
+      if (!line.empty()) ops.push_back(line);
+    }
+  }
+  return ops;
+}
+
+class Churn : public ::testing::Test {
+ protected:
+  void SetUp() override { model->eval(); }
+  GPT model{small_config(), 11};
+};
+
+TEST_F(Churn, OurCachesHoldTheStateMachineProperty) {
+  for (const char* name : {"rolling", "static"}) {
+    const auto result = churn_property(model, cache_registry().get(name), 12);
+    std::ostringstream why;
+    rc::detail::printResultMessage(result, why);
+    EXPECT_TRUE(result.template is<rc::detail::SuccessResult>()) << name << ": " << why.str();
+  }
+}
+
+// Each planted serving fault fails the property, and the failure shrinks to a few operations; the
+// shrunk script replays it: run again by hand through ChurnRun, it fails the same way.
+TEST_F(Churn, APlantedFaultShrinksToAShortScriptThatReplays) {
+  for (const char* fault : {"position-by-request", "released-slot-not-reset", "fork-shares-storage"}) {
+    const CacheVariant& v = cache_registry().get(fault);
+    const auto result = churn_property(model, v, 40);
+    std::ostringstream why;
+    rc::detail::printResultMessage(result, why);
+    ASSERT_TRUE(result.template is<rc::detail::FailureResult>()) << fault << " passed the churn property: " << why.str();
+    const std::vector<std::string> script = script_of(result.template get<rc::detail::FailureResult>());
+    std::string shown;
+    for (const auto& s : script) shown += "  " + s + "\n";
+    std::cout << fault << ": shrunk to " << script.size() << " operations:\n" << shown;
+    EXPECT_LE(script.size(), 8u) << fault << ":\n" << shown;
+    // Replay: parse each line back into an operation and run it.
+    ModelTarget target(model, v);
+    ChurnRun run(target, model->config().vocab_size, model->config().context, 6);
+    bool parted = false;
+    for (const std::string& line : script) {
+      std::istringstream in(line);
+      std::string kind;
+      in >> kind;
+      ChurnOp op;
+      if (kind == "admit") {
+        op.kind = ChurnOp::Kind::Admit;
+        in >> op.n;
+      } else if (kind == "step") {
+        op.kind = ChurnOp::Kind::Step;
+        std::string rows, times;
+        in >> rows >> times;
+        std::istringstream rs(rows);
+        for (std::string r; std::getline(rs, r, ',');) op.rows.push_back(std::stoll(r));
+        op.n = std::stoll(times.substr(1));
+      } else {
+        std::string row, by;
+        in >> row;
+        op.rows = {std::stoll(row)};
+        op.kind = kind == "fork" ? ChurnOp::Kind::Fork : kind == "release" ? ChurnOp::Kind::Release
+                  : kind == "truncate"                 ? ChurnOp::Kind::Truncate
+                                                       : ChurnOp::Kind::Extend;
+        if (in >> by >> op.n) {
+        } else {
+          op.n = 1;
+        }
+      }
+      EXPECT_EQ(to_string(op), line) << "the script's lines are to_string's";
+      ASSERT_TRUE(run.shape().applicable(op)) << fault << ": '" << line << "' does not apply on replay";
+      run.apply(op);
+      for (int64_t k : run.touched()) parted = parted || churn_verdict(model, run.rows()[k], kLogitTolerance).first_over >= 0;
+    }
+    EXPECT_TRUE(parted) << fault << ": the shrunk script did not fail on replay:\n" << shown;
+  }
+}
+
+// The row's plan is a function of its seed: the same operations every run, each applicable in turn.
+TEST(ChurnPlan, IsTheSameEveryTimeAndEveryOperationApplies) {
+  const ChurnOps all;
+  const auto a = churn_plan(kChurnSeed, kChurnOps, 256, kChurnLive, all);
+  const auto b = churn_plan(kChurnSeed, kChurnOps, 256, kChurnLive, all);
+  ASSERT_EQ(a.size(), static_cast<size_t>(kChurnOps));
+  ChurnShape s;
+  s.context = 256;
+  s.max_live = kChurnLive;
+  int64_t kinds[6] = {0, 0, 0, 0, 0, 0}, past = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(to_string(a[i]), to_string(b[i]));
+    ASSERT_TRUE(s.applicable(a[i])) << i << ": " << to_string(a[i]);
+    s.apply(a[i]);
+    ++kinds[static_cast<int>(a[i].kind)];
+  }
+  for (const auto& row : s.rows) past += row.next > 256;
+  for (int k = 0; k < 6; ++k) EXPECT_GT(kinds[k], 0) << "operation kind " << k << " never drawn";
+  EXPECT_GT(past, 0) << "no row went past the window";
+  EXPECT_NE(to_string(churn_plan(kChurnSeed + 1, kChurnOps, 256, kChurnLive, all)[5]) + to_string(churn_plan(kChurnSeed + 1, kChurnOps, 256, kChurnLive, all)[9]),
+            to_string(a[5]) + to_string(a[9]));
+  // Without the operations a target lacks, none of them is drawn; inside the window, no row leaves it.
+  ChurnOps few;
+  few.fork = few.truncate = few.extend = false;
+  few.past_window = false;
+  ChurnShape t;
+  t.context = 256;
+  t.max_live = kChurnLive;
+  t.past_window = false;
+  for (const auto& op : churn_plan(kChurnSeed, kChurnOps, 256, kChurnLive, few)) {
+    EXPECT_TRUE(op.kind == ChurnOp::Kind::Admit || op.kind == ChurnOp::Kind::Step || op.kind == ChurnOp::Kind::Release) << to_string(op);
+    ASSERT_TRUE(t.applicable(op)) << to_string(op);
+    t.apply(op);
+  }
+  for (const auto& row : t.rows) EXPECT_LE(row.next, 256);
+}
+
+// The rules the shape enforces are the serving contract's.
+TEST(ChurnShape, RefusesWhatTheContractDoesNotDefine) {
+  ChurnShape s;
+  s.context = 32;
+  s.max_live = 2;
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Admit, {}, 33})) << "a prompt longer than the window";
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Step, {0}, 1})) << "no such row";
+  s.apply({ChurnOp::Kind::Admit, {}, 30});
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Extend, {0}, 3})) << "a chunk that ends past the window";
+  EXPECT_TRUE(s.applicable({ChurnOp::Kind::Extend, {0}, 2}));
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Step, {0, 0}, 1})) << "a row twice in one step";
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Truncate, {0}, 30})) << "a rollback of the whole row";
+  s.apply({ChurnOp::Kind::Step, {0}, 32 + kRollbackEntries + 8});  // 8 entries gone for good
+  EXPECT_TRUE(s.applicable({ChurnOp::Kind::Truncate, {0}, kRollbackEntries}));
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Truncate, {0}, kRollbackEntries + 1})) << "a rollback past the entries kept for it";
+  s.apply({ChurnOp::Kind::Fork, {0}, 1});
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Admit, {}, 1})) << "more than max_live rows";
+  s.apply({ChurnOp::Kind::Release, {0}, 1});
+  EXPECT_FALSE(s.applicable({ChurnOp::Kind::Step, {0}, 1})) << "a released row";
+  EXPECT_TRUE(s.applicable({ChurnOp::Kind::Step, {1}, 1}));
+}
+
+// The seeded row on our caches and on the faults it names.
+TEST_F(Churn, TheRowPassesOurCachesAndFailsPositionByRequest) {
+  EquivalenceOptions o;
+  o.prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0);
+  o.tokens = 80;
+  for (const char* name : {"rolling", "static"}) {
+    ModelTarget t(model, cache_registry().get(name));
+    const auto r = run_checks(model, o, t, {check::kChurn});
+    EXPECT_EQ(r.checks[0].status, Status::Pass) << name << ": " << r.checks[0].detail;
+    EXPECT_NE(r.checks[0].detail.find("96 operations"), std::string::npos) << r.checks[0].detail;
+  }
+  ModelTarget bad(model, cache_registry().get("position-by-request"));
+  const auto r = run_checks(model, o, bad, {check::kChurn});
+  EXPECT_EQ(r.checks[0].status, Status::Fail) << r.checks[0].detail;
+  EXPECT_NE(r.checks[0].detail.find("shown by operation"), std::string::npos) << r.checks[0].detail;
+}
+
+}  // namespace
+}  // namespace tinygpt::checks
