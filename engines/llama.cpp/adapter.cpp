@@ -118,6 +118,7 @@ class Engine {
     if (req.value("protocol", 1) >= 2) {
       h["protocol"] = 2;
       h["operations"] = {"ragged", "join", "fork", "truncate", "bench"};
+      h["max_rows"] = kMaxRows;  // one llama sequence per row, and one more for its shadow
     }
     return h;
   }

@@ -24,6 +24,7 @@ RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, i
     : p_(p), name_("engine '" + engine_text(hello.value("name", std::string("(unnamed)")), 80) + "'"), vocab_(vocab), context_(context) {
   has_sampler_ = !(hello.contains("sampler") && hello["sampler"].is_boolean() && !hello["sampler"].get<bool>());
   if (hello.contains("protocol") && hello["protocol"].is_number_integer()) protocol_ = hello["protocol"].get<int>();
+  if (hello.contains("max_rows") && hello["max_rows"].is_number_integer()) max_rows_ = hello["max_rows"].get<int64_t>();
   if (hello.contains("operations") && hello["operations"].is_array())
     for (const auto& o : hello["operations"])
       if (o.is_string()) operations_.push_back(o.get<std::string>());
@@ -93,6 +94,8 @@ void check_hello(const json& h) {
       if (!e.is_string()) bad(std::string("a \"") + list + "\" entry that is not a string");
   }
   if (h.contains("sampler") && !h["sampler"].is_boolean()) bad("a \"sampler\" that is not true or false");
+  if (h.contains("max_rows") && (!h["max_rows"].is_number_integer() || h["max_rows"].get<int64_t>() < 1))
+    bad("a \"max_rows\" that is not a positive integer");
 }
 
 int64_t answer_row(const json& a, const std::string& op) {

@@ -73,6 +73,7 @@ class RemoteTarget final : public DecodeTarget {
   void release_row(int64_t row) override;
   int set_threads(int n) override;
   std::vector<int64_t> reused() const override { return reused_; }
+  int64_t max_rows() const override { return max_rows_; }
   std::string save_row(int64_t row) override;
   int64_t restore_row(const std::string& state) override;
   int64_t requests() const { return p_.requests(); }
@@ -93,6 +94,7 @@ class RemoteTarget final : public DecodeTarget {
   int64_t vocab_, context_;
   std::optional<std::string> unusable_;
   std::vector<int64_t> reused_;  // the last prefill's "reused", when it said
+  int64_t max_rows_ = 0;         // hello's "max_rows"; 0: it named no limit
   bool has_sampler_ = true;
   int protocol_ = 1;
   std::vector<std::string> operations_;

@@ -186,8 +186,9 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
     ChurnOp op;
     op.kind = kind;
     if (kind == K::Admit) {
-      // Mostly short prompts; some that start near the window's edge, so their rows cross it soon.
-      op.n = uniform(0, 9) < 7 ? uniform(1, std::min<int64_t>(24, context)) : uniform(context / 2, std::max(context / 2, context - 8));
+      // Mostly short prompts; some that end a few tokens before the window's edge, so a few steps
+      // take their rows across it.
+      op.n = uniform(0, 9) < 7 ? uniform(1, std::min<int64_t>(24, context)) : uniform(std::max<int64_t>(1, context - 24), std::max<int64_t>(1, context - 2));
     } else if (live.empty()) {
       continue;
     } else if (kind == K::Step) {

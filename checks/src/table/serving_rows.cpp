@@ -293,14 +293,16 @@ std::string ranges(const std::vector<int64_t>& v) {
 void batch_sizes_check(CheckContext& c, CheckResult& r) {
   constexpr int64_t kMaxBatch = 33, kSteps = 16;
   std::vector<int64_t> sizes;
-  for (int64_t B = 1; B <= 8; ++B) sizes.push_back(B);
-  for (int64_t B : {15, 16, 17, 31, 32, 33}) sizes.push_back(B);
+  const int64_t limit = c.target.max_rows() > 0 ? c.target.max_rows() : kMaxBatch;  // an engine's own batch limit
+  for (int64_t B : {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32, 33})
+    if (B <= limit) sizes.push_back(B);
+  const int64_t most = sizes.back();
   const int64_t V = c.model->config().vocab_size, n = std::min<int64_t>(c.opts.tokens, kSteps);
   const at::Tensor base = c.opts.prompt.narrow(0, 0, 1);
   const int64_t T0 = base.size(1);
-  const at::Tensor all = shifted_rows(base, kMaxBatch, V, 1);  // (kMaxBatch, T0): row b is the same prompt in every batch
+  const at::Tensor all = shifted_rows(base, most, V, 1);  // (most, T0): row b is the same prompt in every batch
   std::vector<at::Tensor> alone;
-  for (int64_t b = 0; b < kMaxBatch; ++b) alone.push_back(c.target.generate(all.narrow(0, b, 1), n, greedy()).logits.to(at::kCPU));
+  for (int64_t b = 0; b < most; ++b) alone.push_back(c.target.generate(all.narrow(0, b, 1), n, greedy()).logits.to(at::kCPU));
   double worst = 0;
   std::vector<int64_t> exact, inexact;
   for (int64_t B : sizes) {
@@ -328,7 +330,9 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
   }
   r.figure = worst;
   r.bound = "max |diff| <= " + sci(c.tol().logits) + (c.opts.require_batch_invariance ? ", and bitwise identical" : "");
-  const std::string what = "batch sizes " + ranges(sizes) + ", " + std::to_string(n) + " steps: every row within " +
+  const std::string what = "batch sizes " + ranges(sizes) +
+                           (most < kMaxBatch ? " (the target takes at most " + std::to_string(limit) + " rows)" : "") + ", " +
+                           std::to_string(n) + " steps: every row within " +
                            sci(c.tol().logits) + " of itself alone; bitwise identical at " + (exact.empty() ? std::string("none") : ranges(exact)) +
                            (inexact.empty() ? "" : ", largest |diff| " + sci(worst) + " (at " + ranges(inexact) + ")");
   set_result(r, !(c.opts.require_batch_invariance && worst > 0), what);

@@ -86,6 +86,8 @@ class DecodeTarget {
   // Entries each row of the last add_rows kept from the target's own cache (a prefix it shared with
   // a released row), one per row, when the target says; empty when it does not.
   virtual std::vector<int64_t> reused() const { return {}; }
+  // The most rows the target takes at once (an engine's batch limit, hello's "max_rows"); 0: no limit.
+  virtual int64_t max_rows() const { return 0; }
   // `row`'s state as an opaque value (op "save"), and a new row from one that continues exactly as
   // the saved row would have (its id): after a reset too, in another slot, in another batch.
   virtual std::string save_row(int64_t row);
