@@ -19,19 +19,10 @@
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/churn.h"
 #include "tinygpt/checks/target.h"
+#include "small_model.h"
 
 namespace tinygpt::checks {
 namespace {
-
-Config small_config() {
-  Config c;
-  c.vocab_size = 256;
-  c.d_model = 64;
-  c.n_heads = 4;
-  c.n_layers = 2;
-  c.context = 32;
-  return c;
-}
 
 // The system under test: a churn run on one cache variant of our model, judged as it goes.
 struct Sut {

@@ -19,6 +19,7 @@
 #include "tinygpt/checks/report.h"
 #include "tinygpt/ring_kv_cache.h"
 #include "rows.h"
+#include "small_model.h"
 
 #include <ATen/Parallel.h>
 
@@ -35,16 +36,6 @@ EquivalenceOptions options(const at::Tensor& prompt, int64_t tokens) {
   o.prompt = prompt;
   o.tokens = tokens;
   return o;
-}
-
-Config small_config() {
-  Config c;
-  c.vocab_size = 256;
-  c.d_model = 64;
-  c.n_heads = 4;
-  c.n_layers = 2;
-  c.context = 32;
-  return c;
 }
 
 class Harness : public ::testing::Test {
@@ -520,10 +511,11 @@ TEST_F(Harness, TheProductionCachesPassWhatServingEnginesDo) {
 // A target that forwards to our model, except that a chunk appended to a row loses its first token:
 // the bug of engines whose cache misses the last generated token when tokens are appended after
 // generating (a chunk of a prompt loses its first token the same way).
-class ChunkLosesItsFirstToken final : public DecodeTarget {
+// A target that forwards every operation to our model through one cache variant; the planted
+// targets below change one of them. It does not forward reused(): it never says what it reused.
+class Forwarding : public DecodeTarget {
  public:
-  ChunkLosesItsFirstToken(GPT model, const CacheVariant& v) : inner_(std::move(model), v) {}
-  std::string name() const override { return "planted: a chunk loses its first token"; }
+  Forwarding(GPT model, const CacheVariant& v) : inner_(std::move(model), v) {}
   int64_t context() const override { return inner_.context(); }
   void reset() override { inner_.reset(); }
   at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
@@ -531,14 +523,21 @@ class ChunkLosesItsFirstToken final : public DecodeTarget {
   std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
+  at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override { return inner_.extend_row(row, ids); }
+  void release_row(int64_t row) override { inner_.release_row(row); }
+
+ protected:
+  ModelTarget inner_;
+};
+
+class ChunkLosesItsFirstToken final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
+  std::string name() const override { return "planted: a chunk loses its first token"; }
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override {
     if (ids.size() < 2) return inner_.extend_row(row, ids);
     return inner_.extend_row(row, std::vector<int64_t>(ids.begin() + 1, ids.end()));
   }
-  void release_row(int64_t row) override { inner_.release_row(row); }
-
- private:
-  ModelTarget inner_;
 };
 
 TEST_F(Harness, ChunkedPrefillPassesOurCachesAndFailsAChunkThatLosesAToken) {
@@ -563,21 +562,10 @@ TEST_F(Harness, ChunkedPrefillPassesOurCachesAndFailsAChunkThatLosesAToken) {
 // prefix-reuse on our caches: RowBatch keeps every shared entry but never a prompt's last token,
 // and the row says so; beside each hit a miss. A target that does not say what it reused passes and
 // the row says that instead.
-class SaysNothingOfReuse final : public DecodeTarget {
+class SaysNothingOfReuse final : public Forwarding {
  public:
-  SaysNothingOfReuse(GPT model, const CacheVariant& v) : inner_(std::move(model), v) {}
+  using Forwarding::Forwarding;
   std::string name() const override { return "a target that does not report reuse"; }
-  int64_t context() const override { return inner_.context(); }
-  void reset() override { inner_.reset(); }
-  at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
-  at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
-  std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
-  std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
-  at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
-  void release_row(int64_t row) override { inner_.release_row(row); }
-
- private:
-  ModelTarget inner_;
 };
 
 TEST_F(Harness, PrefixReusePassesOurCachesSayingWhatTheyReused) {

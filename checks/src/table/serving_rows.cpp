@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 
 #include "rows.h"
@@ -100,6 +101,22 @@ bool judge_seen(CheckContext& c, CheckResult& r, const Seen& s, const std::strin
   return r.ok();
 }
 
+namespace {
+// Prompts admitted together and decoded together for n steps, each row judged against its own
+// sequence alone (named by `name(b)`); false when one is over. `worst` is the largest |diff|.
+bool run_together(CheckContext& c, CheckResult& r, const std::vector<std::vector<int64_t>>& prompts, int64_t n,
+                  const std::function<std::string(size_t)>& name, double& worst) {
+  c.target.reset();
+  std::vector<RowRun> runs;
+  std::vector<LiveRow> live = admit(c, prompts, runs);
+  for (int64_t i = 0; i + 1 < n; ++i) step_all(c.target, live);
+  finish(live);
+  std::vector<std::pair<std::string, const RowRun*>> judged;
+  for (size_t b = 0; b < runs.size(); ++b) judged.emplace_back(name(b), &runs[b]);
+  return judge_rows(c, r, judged, worst);
+}
+}  // namespace
+
 // Rows of different prompt lengths prefilled together and decoded together until the shortest is
 // past the window: each row against its sequence alone.
 void ragged_check(CheckContext& c, CheckResult& r) {
@@ -107,17 +124,11 @@ void ragged_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> lengths = {3, 9, 17};
   std::vector<std::vector<int64_t>> prompts;
   for (size_t b = 0; b < lengths.size(); ++b) prompts.push_back(serving_prompt(lengths[b], static_cast<int64_t>(b), V));
-  c.target.reset();
-  std::vector<RowRun> runs;
-  std::vector<LiveRow> live = admit(c, prompts, runs);
   const int64_t n = serving_steps(c, ctx - lengths[0] + kPastTheWindow);
-  for (int64_t i = 0; i + 1 < n; ++i) step_all(c.target, live);
-  finish(live);
-  std::vector<std::pair<std::string, const RowRun*>> judged;
-  for (size_t b = 0; b < runs.size(); ++b)
-    judged.emplace_back("row " + std::to_string(b) + " (a " + std::to_string(lengths[b]) + "-token prompt)", &runs[b]);
   double worst = 0;
-  if (!judge_rows(c, r, judged, worst)) return;
+  if (!run_together(c, r, prompts, n, [&](size_t b) { return "row " + std::to_string(b) + " (a " + std::to_string(lengths[b]) + "-token prompt)"; },
+                    worst))
+    return;
   r.figure = worst;
   set_result(r, true, "prompts of 3, 9 and 17 tokens in one batch, " + std::to_string(n) +
                           " steps: every row equals its sequence alone (worst |diff| " + sci(worst) + ")");
@@ -210,17 +221,12 @@ void shared_prefix_check(CheckContext& c, CheckResult& r) {
     const std::vector<int64_t> tail = serving_prompt(tails[b], 3 + static_cast<int64_t>(b), V);
     prompts.back().insert(prompts.back().end(), tail.begin(), tail.end());
   }
-  c.target.reset();
-  std::vector<RowRun> runs;
-  std::vector<LiveRow> live = admit(c, prompts, runs);
   const int64_t n = serving_steps(c, 32);
-  for (int64_t i = 0; i + 1 < n; ++i) step_all(c.target, live);
-  finish(live);
-  std::vector<std::pair<std::string, const RowRun*>> judged;
-  for (size_t b = 0; b < runs.size(); ++b)
-    judged.emplace_back("row " + std::to_string(b) + " (the prefix and a " + std::to_string(tails[b]) + "-token tail)", &runs[b]);
   double worst = 0;
-  if (!judge_rows(c, r, judged, worst)) return;
+  if (!run_together(c, r, prompts, n,
+                    [&](size_t b) { return "row " + std::to_string(b) + " (the prefix and a " + std::to_string(tails[b]) + "-token tail)"; },
+                    worst))
+    return;
   r.figure = worst;
   set_result(r, true, "three rows sharing a " + std::to_string(shared) + "-token prefix (tails of 1, 6 and 13), " + std::to_string(n) +
                           " steps: every row equals its sequence alone (worst |diff| " + sci(worst) + ")");
