@@ -124,6 +124,7 @@ Command add_verify(CLI::App& app) {
     std::string json = "tinygpt-verify.json", junit;
     int64_t tokens = 600;
     std::string faults = "all";
+    std::vector<std::string> checks;
     bool require_batch_invariance = false;
     bool require_thread_invariance = false;
     ReportFiles report;
@@ -145,6 +146,11 @@ Command add_verify(CLI::App& app) {
   cmd->add_option("--faults", o->faults,
                   "faults for the fault matrix: all, none, or names, comma-separated (`tinygpt inject --help` lists them)")
       ->capture_default_str();
+  cmd->add_option("--checks", o->checks,
+                  "run only these rows of the check table, comma-separated (default: every row but self; `tinygpt checks`\n"
+                  "lists them); each fault runs the selected rows among its own, and a fault none of whose catching\n"
+                  "rows is selected is left out of the matrix")
+      ->delimiter(',');
   cmd->add_flag("--require-batch-invariance", o->require_batch_invariance,
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
   cmd->add_flag("--require-thread-invariance", o->require_thread_invariance,
@@ -158,6 +164,7 @@ Command add_verify(CLI::App& app) {
             checks::VerifyOptions vo;
             vo.device = dev;
             vo.tokens = o->tokens;
+            vo.checks = o->checks;
             vo.require_batch_invariance = o->require_batch_invariance;
             vo.require_thread_invariance = o->require_thread_invariance;
             if (o->faults != "all") {  // named faults are checked before the run too

@@ -28,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = tinygpt::fuzz::write_input(data, size);
   tinygpt::fuzz::expect_clean([&] {
     const nlohmann::json want = tinygpt::checks::read_golden_json(path);
+    tinygpt::checks::validate_golden_document(path, want, shipped.tok);
     for (const auto& fresh : shipped.fresh)
       for (bool cached_only : {false, true})
         for (const auto& r : tinygpt::checks::compare_golden_document(path, want, fresh, shipped.tok, "", cached_only))

@@ -199,9 +199,12 @@ std::vector<CheckResult> verify_goldens(Fixture& fx, c10::Device dev, const Cach
                                              const Reference* uncached) {
   std::vector<CheckResult> out;
   const std::string suffix = variant ? " [" + variant->name + "]" : "";
-  // Every recorded file is read once before the minutes of computing: a missing or broken one
+  // Every recorded file is read and its fields checked before the minutes of computing: a missing or broken one
   // is named at once.
-  for (const char* f : {"greedy_600.json", "sample_grid.json", "sampler_selfcheck.json"}) read_golden_json((fs::path(fx.dir) / f).string());
+  for (const char* f : {"greedy_600.json", "sample_grid.json", "sampler_selfcheck.json"}) {
+    const std::string path = (fs::path(fx.dir) / f).string();
+    validate_golden_document(path, read_golden_json(path), fx.tokenizer);
+  }
   for (const auto& [file, fresh] : compute_goldens(fx, dev, variant, uncached)) {
     const std::string path = (fs::path(fx.dir) / file).string();
     for (auto& r : compare_golden_document(path, read_golden_json(path), fresh, fx.tokenizer, suffix, variant != nullptr))

@@ -147,6 +147,37 @@ nlohmann::json read_golden_json(const std::string& path) {
   }
 }
 
+void validate_golden_document(const std::string& path, const nlohmann::json& want, const Tokenizer& tok) {
+  try {  // every field compare_golden_document reads from a recorded file, with its type
+    Provenance::from_json(want.at("provenance"));
+    want.at("case").get<std::string>();
+    if (want.contains("model")) want.at("model").get<std::string>();
+    if (want.contains("rows")) {
+      for (const auto& row : want.at("rows")) {
+        row.at("name").get<std::string>();
+        integer(row.at("prompt_len"), "prompt_len");
+        for (const int64_t id : integers(row.at("ids"), "ids"))
+          if (id < 0 || id >= tok.vocab_size())
+            throw Malformed("ids: id " + std::to_string(id) + " outside [0, " + std::to_string(tok.vocab_size()) + ")");
+        const auto& d = row.at("digest");
+        for (const auto& step : d.at("top_ids")) integers(step, "top_ids");
+        for (const auto& step : d.at("top_logits"))
+          for (const auto& x : step)
+            if (!x.is_number()) throw Malformed("top_logits must be numbers, got " + x.dump().substr(0, 40));
+      }
+    } else {
+      for (const auto& item : want.at("items")) {
+        item.at("name").get<std::string>();
+        integers(item.at("draws"), "draws");
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(path + ": malformed golden file (" + e.what() + ")");
+  } catch (const Malformed& e) {
+    throw InputError(path + ": malformed golden file (" + e.what() + ")");
+  }
+}
+
 std::vector<CheckResult> compare_golden_document(const std::string& path, const nlohmann::json& want,
                                                       const nlohmann::json& fresh, const Tokenizer& tok,
                                                       const std::string& suffix, bool cached_only) {

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +13,12 @@
 namespace tinygpt::checks {
 
 namespace {
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
 
 struct Timer {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
@@ -62,7 +69,39 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     if (o.progress) o.progress(s);
   };
   VerifyReport rep;
-  const auto faults = o.faults ? *o.faults : cache_registry().all(/*faults=*/true);
+  auto faults = o.faults ? *o.faults : cache_registry().all(/*faults=*/true);
+  // The production caches run every row but the engine-only ones (self: our prefill is what
+  // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
+  const std::vector<std::string> every_row = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
+  std::vector<std::string> rows = every_row;
+  std::vector<CacheVariant> narrowed;  // the faults' variants with their runs cut to the selected rows
+  if (!o.checks.empty()) {
+    for (const auto& n : o.checks)
+      if (std::find(every_row.begin(), every_row.end(), n) == every_row.end())
+        throw std::invalid_argument("--checks: '" + n + "' is not a row verify runs (" + join_names(every_row) + ")");
+    rows.clear();  // in the table's order, whatever the order asked
+    for (const auto& n : every_row)
+      if (std::find(o.checks.begin(), o.checks.end(), n) != o.checks.end()) rows.push_back(n);
+    auto selected = [&](const std::string& n) { return std::find(rows.begin(), rows.end(), n) != rows.end(); };
+    narrowed.reserve(faults.size());
+    std::vector<const CacheVariant*> kept;
+    for (const CacheVariant* f : faults) {
+      if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {
+        say("fault " + f->name + " left out: none of the rows that must catch it (" + join_names(f->expected) + ") is selected");
+        continue;
+      }
+      CacheVariant v = *f;
+      const auto own = f->checks.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : f->checks;
+      v.checks.clear();
+      for (const auto& n : own)
+        if (selected(n)) v.checks.push_back(n);
+      v.expected.erase(std::remove_if(v.expected.begin(), v.expected.end(), [&](const std::string& n) { return !selected(n); }),
+                       v.expected.end());
+      narrowed.push_back(std::move(v));
+    }
+    for (const auto& v : narrowed) kept.push_back(&v);
+    faults = kept;
+  }
   rep.goldens_found = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
   const auto production = cache_registry().all(/*faults=*/false);
   const int64_t vocab = fx.model->config().vocab_size;
@@ -79,9 +118,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   InjectionOptions io;
   io.controls = production;
   io.reference = &ref;
-  // The production caches run every row but the engine-only ones (self: our prefill is what
-  // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
-  io.control_checks = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
+  io.control_checks = rows;
   // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
   // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are
   // for show at once; rollback keeps crossing the window's edge, where its past-window fault shows).

@@ -171,6 +171,8 @@ def cases(d, fixture_dir):
          "ids must be an integer", None),
         ("prompt text without a tokenizer", ["generate", "--prompt", "hello"], "tokenizer", None),
         ("tokenizer of another vocabulary", ["generate", "--prompt", "hi", "--tokenizer", p("tok_small.json")], "vocab", None),
+        ("verify of a row it does not run", ["verify", "--checks", "tokens,self", "--json", p("verify.json")],
+         "'self' is not a row verify runs", p("verify.json")),
         ("conform engine that is not there", ["conform", "--engine", "/nonexistent/engine"], "hello", None),
     ]
 

@@ -49,6 +49,15 @@ def main():
     left = sorted(set(os.listdir(work)) - {f"{n}.{e}" for n in ("alone", "first", "second") for e in ("json", "log")})
     if left:
         sys.exit(f"two-verifies: FAIL: files left behind in the working folder: {left}")
+    if "--checks" in extra:  # verify --checks: the controls ran those rows alone, in the table's order
+        want = extra[extra.index("--checks") + 1].split(",")
+        for c in docs["alone"]["fault_matrix"]["controls"]:
+            got = [x["name"] for x in c["checks"]]
+            if sorted(got) != sorted(want):
+                sys.exit(f"two-verifies: FAIL: --checks {','.join(want)} ran {got} on {c['cache']}")
+        faults = [f["fault"] for f in docs["alone"]["fault_matrix"]["faults"]]
+        if "rows-mixed" in faults:
+            sys.exit("two-verifies: FAIL: rows-mixed ran although batch, the row that catches it, was not selected")
     n = len(docs["alone"]["checks"])
     print(f"two-verifies: {n} checks and the fault matrix identical alone and with two processes at once")
 

@@ -37,6 +37,11 @@ struct Provenance {
 // A recorded golden file, parsed; InputError naming `path` when it is missing or not JSON.
 nlohmann::json read_golden_json(const std::string& path);
 
+// Every field of a recorded golden document that the comparison reads, with its type: InputError
+// naming `path` and the field when one is missing or malformed. Costs nothing beside the minutes
+// of recomputing, so a broken file is named before them.
+void validate_golden_document(const std::string& path, const nlohmann::json& want, const Tokenizer& tok);
+
 // The cases of one golden document: `want` as recorded at `path`, `fresh` as computed now (trusted).
 // Case names get `suffix`; with `cached_only` (another cache recomputes only the cached rows),
 // recorded rows that were not recomputed are not reported. InputError naming `path` when the

@@ -27,6 +27,10 @@ struct VerifyOptions {
   bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
   // The faults of the matrix; nullopt: every registered fault (an empty list: none).
   std::optional<std::vector<const CacheVariant*>> faults;
+  // Only these rows of the check table (empty: every row the production caches run). A fault runs
+  // the selected rows among its own; one whose catching rows are all left out is left out with them.
+  // std::invalid_argument naming a name that is not such a row.
+  std::vector<std::string> checks;
   std::function<void(const std::string&)> progress;  // one line at a time; may be called from several threads
 };
 
