@@ -405,6 +405,19 @@ class ReusedPrefixTooLong final : public ServingSchedule {
   int64_t reused_prefix(int64_t shared, int64_t) const override { return shared; }
 };
 
+// A context shift that renumbers the kept entries but leaves their keys as they were rotated: each
+// later key sits `discard` positions further from every new query than its entry says.
+class ShiftKeysNotRotated final : public ServingSchedule {
+ public:
+  int64_t shift_rotation(int64_t) const override { return 0; }
+};
+
+// A context shift that moves the entries down but not the row's own position counter: the next
+// tokens are fed at the positions they would have had without the shift.
+class ShiftPositionKept final : public ServingSchedule {
+ public:
+  int64_t shift_next(int64_t next, int64_t) const override { return next; }
+};
 
 // A fault is the `static` production path - the preallocated cache, the decode kernels and the fused
 // step (cache_registry.cpp) - with one decision changed. Loop and serving-loop faults keep all of it.
@@ -441,12 +454,13 @@ CacheVariant cache_fault(std::string name, std::string description, std::vector<
 }
 
 // Serving faults run the rows that drive a serving operation (the default rows never drive rows
-// apart), but the three long ones - fork far past the window, churn, save-restore - only where the
-// fault is theirs: together they would triple the fault matrix's time.
+// apart), but the four long ones - fork far past the window, churn, save-restore, context-shift's
+// full window - only where the fault is theirs: together they would triple the fault matrix's time.
 std::vector<std::string> serving_rows_for(const std::string& expected) {
   std::vector<std::string> out;
   for (const auto& n : row_operation_checks())
-    if (n == expected || (n != check::kFork && n != check::kChurn && n != check::kSaveRestore)) out.push_back(n);
+    if (n == expected || (n != check::kFork && n != check::kChurn && n != check::kSaveRestore && n != check::kContextShift))
+      out.push_back(n);
   return out;
 }
 
@@ -532,6 +546,11 @@ void register_faults(CacheRegistry& r) {
                                          check::kSaveRestore));
   r.add(serving_loop_fault<PositionByRequest>("position-by-request", "a step's position counters kept by request index, not by row",
                                               check::kChurn));
+  r.add(serving_loop_fault<ShiftKeysNotRotated>("shift-keys-not-rotated",
+                                                "a context shift renumbers the kept entries but leaves their keys as rotated",
+                                                check::kContextShift));
+  r.add(serving_loop_fault<ShiftPositionKept>("shift-position-kept", "a context shift leaves the row's next position where it was",
+                                              check::kContextShift));
 }
 
 }  // namespace tinygpt::checks

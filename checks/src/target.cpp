@@ -41,6 +41,7 @@ at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vecto
 at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { unsupported(*this); }
 std::string DecodeTarget::save_row(int64_t) { unsupported(*this); }
 int64_t DecodeTarget::restore_row(const std::string&) { unsupported(*this); }
+void DecodeTarget::shift_row(int64_t, int64_t, int64_t) { unsupported(*this); }
 int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
 void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
 void DecodeTarget::release_row(int64_t) { unsupported(*this); }
@@ -73,7 +74,7 @@ std::string ModelTarget::serving_unsupported(const std::string& op) const {
   // and for save whether they give their entries.
   const auto probe = variant_->make_cache(model_->config());
   const std::string rows = probe->row_ops_unsupported();
-  return !rows.empty() || op != "save" ? rows : probe->save_unsupported();
+  return !rows.empty() || (op != "save" && op != "shift") ? rows : probe->save_unsupported();
 }
 
 RowBatch& ModelTarget::rows() {
@@ -99,6 +100,7 @@ void ModelTarget::release_row(int64_t row) { rows().release(row); }
 std::vector<int64_t> ModelTarget::reused() const { return rows_ ? rows_->reused() : std::vector<int64_t>{}; }
 std::string ModelTarget::save_row(int64_t row) { return to_bytes(rows().save(row)); }
 int64_t ModelTarget::restore_row(const std::string& state) { return rows().restore(row_state_from_bytes(state)); }
+void ModelTarget::shift_row(int64_t row, int64_t keep, int64_t discard) { rows().shift(row, keep, discard); }
 
 at::Tensor ModelTarget::prefill(const at::Tensor& ids) {
   at::NoGradGuard no_grad;

@@ -18,6 +18,7 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     reused-prefix-too-long   a fully cached prompt keeps every entry and feeds its last token again after them
     position-by-request      a step's positions read by request index, not by row (the i-th live row's counter)
     restore-position-from-window  a restored row's position taken from its window's length (wrong past the window)
+    shift-keys-not-rotated   a context shift renumbers the kept entries but leaves their keys as rotated
     threads-race       one logit moves whenever the engine runs on more than one thread
   what real engines do on purpose:
     seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
@@ -31,8 +32,10 @@ new ones); a rollback past the window brings the older entries back, as SPEC 4's
 remaining sequence requires. Protocol 3 adds `extend` (several tokens appended to a row in one
 request) and prompt caching: a released row is kept, and a new prompt that shares a prefix with it
 takes its entries up to that prefix (never the prompt's last token, whose logits are the answer) and
-computes the rest; the prefill answer says how many entries each row reused ("reused"); and `save`
-(a row's state as base64 of its pickled entries and position) with `restore` (a new row from it). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
+computes the rest; the prefill answer says how many entries each row reused ("reused"); `save`
+(a row's state as base64 of its pickled entries and position) with `restore` (a new row from it);
+and `shift` (llama.cpp's context shift: entries dropped after the first `keep`, the later ones
+renumbered, their keys rotated back by RoPE's formula). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
 """
 import base64
 import io
@@ -51,7 +54,7 @@ import series_reference as ref  # noqa: E402
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
          "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
-         "restore-position-from-window", "threads-race",
+         "restore-position-from-window", "shift-keys-not-rotated", "threads-race",
          "seed-sampler", "top-k-exact", "gelu-tanh"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
@@ -59,7 +62,7 @@ DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if
 # The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
 PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "3"))
 OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads"],
-              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "extend", "save"]}
+              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "extend", "save", "shift"]}
 
 
 def has(name):
@@ -241,6 +244,27 @@ class Engine:
         self.rows[rid] = row
         return rid
 
+    def shift(self, rid, keep, discard):
+        """A context shift: drops `discard` entries after the first `keep`; the later ones move down by
+        `discard` positions, their keys rotated back by that many (in double, then float32)."""
+        row = self.rows.get(rid)
+        if row is None or keep < 0 or discard < 1 or keep + discard > row["pos"]:
+            raise ValueError("cannot drop %r entries after the first %r of row %r" % (discard, keep, rid))
+        rot = 0 if has("shift-keys-not-rotated") else discard
+        kv = []
+        for K, V in row["kv"]:
+            later = K[:, :, keep + discard:].double()
+            hd = K.shape[3]
+            angle = -rot * 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+            c, s = angle.cos(), angle.sin()
+            a, b = later[..., 0::2], later[..., 1::2]
+            rotated = torch.stack([a * c - b * s, a * s + b * c], -1).flatten(-2).to(K.dtype)
+            kv.append([torch.cat([K[:, :, :keep], rotated], 2), torch.cat([V[:, :, :keep], V[:, :, keep + discard:]], 2)])
+        row["kv"] = kv
+        row["pos"] -= discard
+        # The kept later entries were computed beside the dropped tokens: never a later prompt's prefix.
+        row["ids"] = row["ids"][:keep] + [-1] * (len(row["ids"]) - keep - discard)
+
     def truncate(self, rid, n):
         row = self.rows[rid]
         if n < 0 or n > row["pos"]:
@@ -388,6 +412,9 @@ def main():
                 out = {"ok": True, "state": engine.save(req["row"])}
             elif op == "restore" and PROTOCOL >= 3:
                 out = {"ok": True, "row": engine.restore(req["state"])}
+            elif op == "shift" and PROTOCOL >= 3:
+                engine.shift(req["row"], req["keep"], req["discard"])
+                out = {"ok": True}
             elif op == "truncate":
                 engine.truncate(req["row"], req["n"])
                 out = {"ok": True}

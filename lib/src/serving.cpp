@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tinygpt/gpt.h"
+#include "tinygpt/rope.h"
 
 namespace tinygpt {
 
@@ -17,6 +18,8 @@ void ServingSchedule::reuse(KVCache& cache) const { cache.reset(); }
 int64_t ServingSchedule::extend_position(int64_t row_next, int64_t i) const { return row_next + i; }
 int64_t ServingSchedule::step_counter(const std::vector<int64_t>& rows, size_t request) const { return rows[request]; }
 int64_t ServingSchedule::reused_prefix(int64_t shared, int64_t prompt_len) const { return std::min(shared, prompt_len - 1); }
+int64_t ServingSchedule::shift_rotation(int64_t discard) const { return discard; }
+int64_t ServingSchedule::shift_next(int64_t next, int64_t discard) const { return next - discard; }
 
 const ServingSchedule& production_serving() {
   static const ServingSchedule s;
@@ -250,6 +253,49 @@ void RowBatch::truncate(int64_t row, int64_t n) {
   s.tokens.resize(s.tokens.size() - static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(s.tokens.size()))));
 }
 
+void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
+  Slot& s = live(row);
+  const Config& cfg = model_.config();
+  if (keep < 0 || discard < 1 || keep + discard > s.next)
+    throw std::invalid_argument("RowBatch::shift: cannot drop " + std::to_string(discard) + " entries after the first " +
+                                std::to_string(keep) + " of a row of " + std::to_string(s.next) + " tokens");
+  const std::string why = s.cache->save_unsupported();
+  if (!why.empty()) throw std::logic_error(why);
+  const int64_t hd = cfg.d_model / cfg.n_heads, rot = schedule_.shift_rotation(discard);
+  at::NoGradGuard no_grad;
+  std::vector<std::pair<at::Tensor, at::Tensor>> kept(static_cast<size_t>(cfg.n_layers));
+  at::Tensor cos, sin;  // (later, hd/2): the angle -rot * 10000^(-2j/hd), in float32 as RoPE's table
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const auto [K, V] = s.cache->stored(l);  // (1, H, S, hd)
+    const int64_t S = K.defined() ? K.size(2) : 0;
+    if (S != s.next)
+      throw std::invalid_argument("RowBatch::shift: row " + std::to_string(row) + " keeps " + std::to_string(S) + " entries of its " +
+                                  std::to_string(s.next) + " tokens; a context shift needs every one (a row inside the window)");
+    const int64_t later = S - keep - discard;
+    at::Tensor k2 = K.narrow(2, keep + discard, later), v2 = V.narrow(2, keep + discard, later);
+    if (later > 0 && rot != 0) {
+      if (!cos.defined()) {
+        const auto f32 = at::TensorOptions().dtype(at::kFloat).device(K.device());
+        const at::Tensor angle = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd)) * static_cast<double>(-rot);
+        cos = angle.cos().unsqueeze(0).expand({later, hd / 2}).contiguous();
+        sin = angle.sin().unsqueeze(0).expand({later, hd / 2}).contiguous();
+      }
+      k2 = rope_rotate(k2.contiguous(), cos, sin);
+    }
+    kept[static_cast<size_t>(l)] = {at::cat({K.narrow(2, 0, keep), k2}, 2), at::cat({V.narrow(2, 0, keep), v2}, 2)};
+  }
+  s.cache->reset();
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const auto& [k, v] = kept[static_cast<size_t>(l)];
+    if (k.size(2) > 0) s.cache->update(l, k.contiguous(), v.contiguous());  // every kept entry in one append
+  }
+  s.next = schedule_.shift_next(s.next, discard);
+  s.peak = std::max(s.next, int64_t{0});
+  s.tokens.erase(s.tokens.begin() + std::min<int64_t>(keep, static_cast<int64_t>(s.tokens.size())),
+                 s.tokens.begin() + std::min<int64_t>(keep + discard, static_cast<int64_t>(s.tokens.size())));
+  for (size_t i = static_cast<size_t>(keep); i < s.tokens.size(); ++i) s.tokens[i] = -1;  // computed beside dropped tokens
+}
+
 void RowBatch::release(int64_t row) { live(row).live = false; }
 
 RowBatch::RowState RowBatch::save(int64_t row) const {
@@ -367,7 +413,7 @@ RowBatch::RowState row_state_from_bytes(const std::string& bytes) {
   st.next = in.i64(0, kBig, "position");
   st.peak = in.i64(0, kBig, "peak");
   const int64_t n = in.i64(0, static_cast<int64_t>(bytes.size() / sizeof(int64_t)), "token count");
-  for (int64_t i = 0; i < n; ++i) st.tokens.push_back(in.i64(0, kBig, "token id"));
+  for (int64_t i = 0; i < n; ++i) st.tokens.push_back(in.i64(-1, kBig, "token id"));
   for (int64_t l = 0; l < layers; ++l) {
     if (in.i64(0, 1, "layer flag") == 0) {
       st.layers.emplace_back();

@@ -242,5 +242,47 @@ TEST_F(Serving, ASavedRowRestoredAnywhereContinuesAsItWould) {
   EXPECT_NE(RingKVCache(cfg).save_unsupported(), "");
 }
 
+
+// A context shift: the kept later keys are re-rotated (a shift that skips it gives other logits, and
+// so does one that leaves the position where it was); a span outside the row is refused; the kept
+// later entries are never served as a later prompt's prefix.
+TEST_F(Serving, AContextShiftReRotatesTheKeysItKeeps) {
+  struct NoRotation final : ServingSchedule {
+    int64_t shift_rotation(int64_t) const override { return 0; }
+  } no_rotation;
+  for (bool rolling : {true, false}) {
+    SCOPED_TRACE(rolling ? "rolling" : "static");
+    auto make = [this, rolling]() -> std::unique_ptr<KVCache> {
+      if (rolling) return std::make_unique<RollingKVCache>(cfg);
+      return std::make_unique<StaticKVCache>(cfg);
+    };
+    auto run = [&](const ServingSchedule& sched, bool shift) {
+      RowBatch b(*model, make, DecodePath{}, sched);
+      at::Tensor l;
+      const int64_t r = b.add({{1, 2, 3, 4, 5, 6}}, l)[0];
+      for (int i = 0; i < 10; ++i) b.step({r}, {(7 + 3 * i) % 60});  // 16 tokens: the window full
+      if (shift) {
+        b.shift(r, 2, 7);
+        EXPECT_EQ(b.next_position(r), 9);
+      }
+      return b.step({r}, {11});  // (1, V)
+    };
+    const at::Tensor shifted = run(production_serving(), true), unrotated = run(no_rotation, true), plain = run(production_serving(), false);
+    // Untrained weights attend nearly evenly, so a wrong rotation moves the logits little (2.8e-4
+    // here), but never by nothing: both runs are the same operations but for the rotation.
+    EXPECT_GT((shifted - unrotated).abs().max().item<double>(), 1e-5) << "the rotation of the kept keys matters";
+    EXPECT_GT((shifted - plain).abs().max().item<double>(), 1e-5) << "the shift dropped entries";
+    RowBatch b(*model, make, DecodePath{});
+    at::Tensor l;
+    const int64_t r = b.add({{1, 2, 3, 4, 5, 6}}, l)[0];
+    EXPECT_THROW(b.shift(r, 4, 3), std::invalid_argument) << "past the row's end";
+    EXPECT_THROW(b.shift(r, 1, 0), std::invalid_argument) << "nothing to drop";
+    b.shift(r, 2, 2);
+    b.release(r);
+    b.add({{1, 2, 5, 6, 9}}, l);
+    EXPECT_EQ(b.reused()[0], 2) << "only the entries before the shift are a cold run's";
+  }
+}
+
 }  // namespace
 }  // namespace tinygpt

@@ -61,7 +61,7 @@ at::Tensor RemoteTarget::step(const at::Tensor& ids) {
 
 std::string RemoteTarget::serving_unsupported(const std::string& op) const {
   if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
-  if (protocol_ < 3 && (op == "extend" || op == "save"))
+  if (protocol_ < 3 && (op == "extend" || op == "save" || op == "shift"))
     return "the engine speaks protocol 2 (" + op + " is protocol 3's)";
   if (!op.empty() && std::find(operations_.begin(), operations_.end(), op) == operations_.end())
     return "the engine does not support " + op + " (its hello's operations: " + engine_json(json(operations_)) + ")";
@@ -178,6 +178,9 @@ void RemoteTarget::release_row(int64_t row) { ok({{"op", "release"}, {"row", row
 int RemoteTarget::set_threads(int n) { return answer_before(ok({{"op", "threads"}, {"n", n}})); }
 std::string RemoteTarget::save_row(int64_t row) { return answer_state(ok({{"op", "save"}, {"row", row}})); }
 int64_t RemoteTarget::restore_row(const std::string& state) { return answer_row(ok({{"op", "restore"}, {"state", state}}), "restore"); }
+void RemoteTarget::shift_row(int64_t row, int64_t keep, int64_t discard) {
+  ok({{"op", "shift"}, {"row", row}, {"keep", keep}, {"discard", discard}});
+}
 
 std::string answer_state(const json& a) {
   if (!a.contains("state") || !a["state"].is_string() || a["state"].get_ref<const std::string&>().empty())

@@ -76,6 +76,7 @@ class RemoteTarget final : public DecodeTarget {
   int64_t max_rows() const override { return max_rows_; }
   std::string save_row(int64_t row) override;
   int64_t restore_row(const std::string& state) override;
+  void shift_row(int64_t row, int64_t keep, int64_t discard) override;
   int64_t requests() const { return p_.requests(); }
 
   // Set once the engine could not be talked to: every later request throws it again.

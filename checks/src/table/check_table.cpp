@@ -36,6 +36,8 @@ void shared_prefix_check(CheckContext&, CheckResult&);
 void churn_check(CheckContext&, CheckResult&);
 // save_restore.cpp
 void save_restore_check(CheckContext&, CheckResult&);
+// context_shift.cpp
+void context_shift_check(CheckContext&, CheckResult&);
 
 namespace {
 
@@ -131,6 +133,12 @@ std::vector<CheckDef> make_table() {
        "each continues as the saved row did",
        save_restore_check, serving, Judge::Reference, "save", Cost::Run,
        "a state saved in part, a restored row positioned by its cache's length, a restore into a slot not made fresh"},
+      {check::kContextShift,
+       "a row that fills the window shifted three times (the entries after the first 4 halved, the later ones renumbered "
+       "and their keys re-rotated), 32 steps after each: equals the uncached model's own keys and values shifted by "
+       "RoPE's formula, the error after each shift reported",
+       context_shift_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged,shift", Cost::Run,
+       "kept keys not re-rotated, a row's position not moved down, a re-rotation whose error grows with each shift"},
   };
   std::set<std::string> names;
   for (const auto& c : t) {

@@ -55,6 +55,12 @@ class ServingSchedule {
   // `shared` tokens equal that row's. Production: all the shared ones but never the whole prompt
   // (its last token is computed again: its logits are the answer).
   virtual int64_t reused_prefix(int64_t shared, int64_t prompt_len) const;
+  // How many positions a context shift that dropped `discard` entries rotates the later keys back by.
+  // Production: discard (each kept key becomes the key of its new position).
+  virtual int64_t shift_rotation(int64_t discard) const;
+  // A row's next position after a context shift dropped `discard` of its `next` tokens. Production:
+  // next - discard.
+  virtual int64_t shift_next(int64_t next, int64_t discard) const;
 };
 const ServingSchedule& production_serving();
 
@@ -85,6 +91,15 @@ class RowBatch {
   // last new position's logits. The chunk must end inside the window (positions < context): past it
   // SPEC 4's rolling window differs for every query of the chunk.
   at::Tensor extend(int64_t row, const std::vector<int64_t>& ids);
+  // A context shift (llama.cpp's seq_rm + seq_add, when a conversation fills the window): drops the
+  // `discard` entries after the first `keep` of `row` and renumbers the later ones down by `discard`,
+  // their keys rotated back by `discard` positions (RoPE sees distances only: a kept key becomes the
+  // key of its new position, its content unchanged); the row's next position moves down by `discard`.
+  // The kept later entries were computed beside the dropped tokens, so they are never reused for a
+  // later prompt (add). The row's cache must hold an entry for every token it was fed (the row never
+  // left the window): std::invalid_argument otherwise or for a span outside the row, std::logic_error
+  // when the cache cannot give its entries (KVCache::save_unsupported).
+  void shift(int64_t row, int64_t keep, int64_t discard);
   // A new row continuing from `row`'s state; returns its id.
   int64_t fork(int64_t row);
   // Drops the newest n tokens of `row` (a rejected draft).
@@ -97,7 +112,7 @@ class RowBatch {
   struct RowState {
     std::vector<std::pair<at::Tensor, at::Tensor>> layers;  // per layer K, V (1, H, S, hd) float32 on the CPU; undefined when empty
     int64_t next = 0, peak = 0;
-    std::vector<int64_t> tokens;
+    std::vector<int64_t> tokens;  // -1 where an entry is not a cold run's (kept by a context shift)
   };
   // Throws std::logic_error when the rows' caches cannot give their entries (KVCache::save_unsupported).
   RowState save(int64_t row) const;
@@ -113,7 +128,7 @@ class RowBatch {
     std::unique_ptr<KVCache> cache;
     int64_t next = 0;  // the next token's position
     bool live = false;
-    std::vector<int64_t> tokens;  // the ids fed, in order (what a later prompt may share)
+    std::vector<int64_t> tokens;  // the ids fed, in order (what a later prompt may share); -1 after a shift's keep
     int64_t peak = 0;             // the furthest `next` since the slot was taken: past the window, entries are gone
   };
   void advance(Slot& s, int64_t n) { s.next += n, s.peak = std::max(s.peak, s.next); }

@@ -92,6 +92,10 @@ class DecodeTarget {
   // the saved row would have (its id): after a reset too, in another slot, in another batch.
   virtual std::string save_row(int64_t row);
   virtual int64_t restore_row(const std::string& state);
+  // A context shift (op "shift", llama.cpp's seq_rm + seq_add): drops the `discard` entries after the
+  // first `keep` of `row` and renumbers the later ones down by `discard`, their keys re-rotated to
+  // their new positions; the row's next position moves down by `discard`.
+  virtual void shift_row(int64_t row, int64_t keep, int64_t discard);
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -127,6 +131,7 @@ class ModelTarget final : public DecodeTarget {
   std::vector<int64_t> reused() const override;
   std::string save_row(int64_t row) override;  // RowBatch::save as bytes (serving.h's to_bytes)
   int64_t restore_row(const std::string& state) override;
+  void shift_row(int64_t row, int64_t keep, int64_t discard) override;  // RowBatch::shift
 
  private:
   RowBatch& rows();

@@ -1,0 +1,159 @@
+// context-shift: llama.cpp's context shift. When a conversation fills the window, the server drops a
+// span after the first n_keep tokens (seq_rm) and renumbers the later entries down by its length
+// (seq_add), re-rotating their keys (the K-shift) instead of recomputing them. The row is filled to
+// the window, shifted, decoded, and shifted and decoded twice more (llama.cpp's bug #4097: repeated
+// shifts degrade), beside a row that is never shifted.
+//
+// A shifted row equals no plain sequence: its kept entries were computed beside the dropped tokens.
+// Its reference is built from the uncached model's own per-layer keys and values of one forward of
+// the row's tokens (never from a cache under test), the later keys re-rotated in double precision
+// with RoPE's formula (SPEC 2), and decoded from there by the model's reference step. The largest
+// difference after each shift is reported beside the verdict: an error that grows shift by shift
+// shows, however far under the bound.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "rows.h"
+#include "tinygpt/gpt.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+constexpr int64_t kKeep = 4;     // entries kept at the start (llama-server's n_keep; the attention sink)
+constexpr int64_t kShifts = 3;   // shifts in a row
+constexpr int64_t kSteps = 32;   // decode steps after each shift (fewer on a small context)
+
+// The reference's entries: per layer K and V (1, H, S, hd), appended to and never trimmed (the row
+// stays inside the window), and shifted by hand. Holds what the model's own forward computed.
+class Entries final : public KVCache {
+ public:
+  explicit Entries(int64_t layers) : k_(static_cast<size_t>(layers)), v_(static_cast<size_t>(layers)) {}
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
+    auto& K = k_.at(static_cast<size_t>(l));
+    auto& V = v_.at(static_cast<size_t>(l));
+    K = K.defined() ? at::cat({K, k}, 2) : k.clone();
+    V = V.defined() ? at::cat({V, v}, 2) : v.clone();
+    return {K, V};
+  }
+  void reset() override {
+    for (auto& t : k_) t = at::Tensor();
+    for (auto& t : v_) t = at::Tensor();
+  }
+  int64_t length() const override { return k_[0].defined() ? k_[0].size(2) : 0; }
+  int64_t bytes() const override { return 0; }
+  // Drops `discard` entries after the first `keep`; the later keys rotated by -discard positions:
+  // channel pairs (2j, 2j+1) by the angle -discard * 10000^(-2j/hd), in double precision.
+  void shift(int64_t keep, int64_t discard) {
+    for (size_t l = 0; l < k_.size(); ++l) {
+      const at::Tensor K = k_[l], V = v_[l];  // (1, H, S, hd)
+      const int64_t S = K.size(2), hd = K.size(3), later = S - keep - discard;
+      at::Tensor k2 = K.narrow(2, keep + discard, later).to(at::kDouble);
+      const auto f64 = at::TensorOptions().dtype(at::kDouble).device(K.device());
+      const at::Tensor angle = at::pow(10000.0, -at::arange(0, hd, 2, f64) / static_cast<double>(hd)) * static_cast<double>(-discard);
+      const at::Tensor c = angle.cos(), s = angle.sin();  // (hd/2)
+      const at::Tensor a = k2.slice(3, 0, hd, 2), b = k2.slice(3, 1, hd, 2);  // (1, H, later, hd/2)
+      k2 = at::stack({a * c - b * s, a * s + b * c}, -1).flatten(-2).to(K.scalar_type());  // (1, H, later, hd)
+      k_[l] = at::cat({K.narrow(2, 0, keep), k2}, 2);
+      v_[l] = at::cat({V.narrow(2, 0, keep), V.narrow(2, keep + discard, later)}, 2);
+    }
+  }
+
+ private:
+  std::vector<at::Tensor> k_, v_;
+};
+
+struct Shift {
+  int64_t at = 0;  // tokens the row had been fed when it was shifted
+  int64_t keep = 0, discard = 0;
+};
+
+}  // namespace
+
+void context_shift_check(CheckContext& c, CheckResult& r) {
+  const Config& cfg = c.model->config();
+  const int64_t V = cfg.vocab_size, ctx = cfg.context;
+  const int64_t steps = serving_steps(c, std::min(kSteps, std::max<int64_t>(1, ctx / 4)));
+  c.target.reset();
+  // The shifted row is fed fixed ids, all different (a greedy run of a small model soon repeats
+  // itself, and keys of one repeated token hide a wrong rotation): a prompt that fills the window,
+  // then the ids of each phase. The row beside it decodes greedily.
+  std::vector<RowRun> runs;
+  std::vector<LiveRow> live = admit(c, {serving_prompt(ctx, 0, V), serving_prompt(9, 1, V)}, runs);
+  runs[0].logits.push_back(live[0].next);  // the full window's logits: runs[0] is the row before its first shift
+  std::vector<int64_t> fed(runs[0].seq);   // every id the shifted row was fed, the dropped ones too
+  int64_t next = ctx;                      // the shifted row's next position
+  auto bystander_steps = [&] { return c.opts.past_window || static_cast<int64_t>(runs[1].seq.size()) < ctx; };
+  // One step of the shifted row with `id` (and of the bystander while it may): the shifted row's logits (V).
+  auto step = [&](int64_t id) {
+    std::vector<int64_t> rows = {live[0].id}, ids = {id};
+    const bool both = bystander_steps();
+    if (both) {
+      runs[1].logits.push_back(live[1].next);
+      runs[1].seq.push_back(top1(live[1].next));
+      rows.push_back(live[1].id), ids.push_back(runs[1].seq.back());
+    }
+    fed.push_back(id);
+    const at::Tensor out = c.target.step_rows(rows, ids).to(at::kCPU);  // (R, V)
+    if (both) live[1].next = out[1].clone();
+    ++next;
+    return out[0].clone();
+  };
+
+  // The reference: the model's own entries of one forward of the row's tokens so far, shifted by hand
+  // as the row is and decoded by the model's reference step, fed what the row was fed. Each step is
+  // judged as it comes, so a fault shows at the shift that exposed it.
+  at::NoGradGuard no_grad;
+  const auto dev = c.opts.prompt.device();
+  Entries ref(cfg.n_layers);
+  c.model->step(at::tensor(fed, at::kLong).unsqueeze(0).to(dev), ref, 0);  // (1, ctx): the row's window
+  int64_t pos = next;
+  const double bound = c.tol().logits;
+  std::vector<double> per_shift;
+  std::vector<Shift> shifts;
+  for (int64_t k = 0; k < kShifts; ++k) {
+    const int64_t discard = (next - kKeep) / 2;  // llama-server's n_discard: half of what is not kept
+    if (discard < 1) break;
+    shifts.push_back({static_cast<int64_t>(fed.size()), kKeep, discard});
+    c.target.shift_row(live[0].id, kKeep, discard);
+    ref.shift(kKeep, discard);
+    next -= discard, pos -= discard;
+    double w = 0;
+    const std::vector<int64_t> ids = serving_prompt(steps, 2 + k, V);
+    for (int64_t j = 0; j < steps; ++j) {
+      const at::Tensor got = step(ids[static_cast<size_t>(j)]);  // (V)
+      const at::Tensor id = at::tensor(std::vector<int64_t>{fed.back()}, at::kLong).unsqueeze(0).to(dev);  // (1, 1)
+      const at::Tensor want = c.model->step(id, ref, pos++).to(at::kCPU)[0];                             // (V)
+      const double d = (got - want).abs().max().item<double>();
+      w = std::max(w, std::isnan(d) ? INFINITY : d);
+      if (!(d <= bound)) {
+        set_result(r, false, "after shift " + std::to_string(k + 1) + " (keep " + std::to_string(kKeep) + ", drop " +
+                                 std::to_string(discard) + " of " + std::to_string(shifts.back().at) + " tokens), step " +
+                                 std::to_string(j + 1) + ": |diff| " + sci(d) + " from the re-rotated reference > " + sci(bound));
+        r.figure = d;
+        return;
+      }
+    }
+    per_shift.push_back(w);
+    r.stats["after_shift_" + std::to_string(k + 1)] = w;
+  }
+  double worst = 0;
+  // Before the first shift the row is a plain sequence; the bystander is one throughout.
+  if (!judge_rows(c, r, {{"the row before its first shift", &runs[0]}, {"the row beside it (never shifted)", &runs[1]}}, worst)) return;
+  if (shifts.empty()) {
+    set_result(r, true, "the window (" + std::to_string(ctx) + ") leaves nothing to shift after keeping " + std::to_string(kKeep));
+    return;
+  }
+  std::string each;
+  for (size_t k = 0; k < per_shift.size(); ++k)
+    each += (k ? ", " : "") + std::to_string(shifts[k].discard) + " dropped: " + sci(per_shift[k]);
+  r.figure = std::max(worst, *std::max_element(per_shift.begin(), per_shift.end()));
+  set_result(r, true, std::to_string(shifts.size()) + " shifts of a full window, keeping " + std::to_string(kKeep) + ", " +
+                          std::to_string(steps) + " steps after each; largest |diff| from the re-rotated reference after each (" +
+                          each + "); the row beside it and the row before its shift equal their sequences alone (worst " +
+                          sci(worst) + ")");
+}
+
+}  // namespace tinygpt::checks
