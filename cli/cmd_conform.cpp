@@ -63,6 +63,9 @@ Command add_conform(CLI::App& app) {
   cmd->add_flag("--require-thread-invariance", c.require_thread_invariance,
                 "fail thread-counts on any difference between the run at 1 thread and at 2 or every core (default: only over "
                 "the tolerance; the engine must offer the threads operation)");
+  cmd->add_flag("--diagnose", c.diagnose,
+                "when model rows fail, run the fault catalogue on our model through the same rows and say which fault\n"
+                "fails exactly those rows at the same first positions (and what to do), or that none does");
   cmd->add_option("--timeout", c.timeout_s, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
   cmd->add_option("--checks", c.groups,
                   "run only these: model check names (" + checks::model_check_list() + ")\n"
@@ -93,6 +96,7 @@ Command add_conform(CLI::App& app) {
               std::cout << "\n";
             }
             std::cout << checks::format_table(rep.rows, "conform");
+            if (rep.diagnosis.ran()) std::cout << "diagnosis: " << rep.diagnosis.text << "\n";
             if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep, !c.no_past_window), c10::Device(c10::kCPU)));
             if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.conform"));
             if (o->report.any()) {

@@ -97,7 +97,11 @@ Command add_golden(CLI::App& app) {
     fo->add(c, "golden folder (default: the shipped fixture's; required with --checkpoint)");
     add_run_options(c, *run);
   }
-  return {cmd, [fo, run, verify] {
+  auto cases = std::make_shared<std::vector<std::string>>();
+  verify->add_option("--case", *cases, "only these cases, comma-separated: sample-grid (seconds), greedy-600 (the uncached\n"
+                                        "600-token run: most of the time), sampler-selfcheck; default: every one")
+      ->delimiter(',');
+  return {cmd, [fo, run, verify, cases] {
             const char* ci = std::getenv("CI");
             if (!verify->parsed() && ci && std::string(ci) == "true")
               throw std::invalid_argument("golden update refused: CI=true (goldens change only by a deliberate local run)");
@@ -108,7 +112,7 @@ Command add_golden(CLI::App& app) {
               return int(kOk);
             }
             bool ok = true;
-            for (const auto& r : checks::verify_goldens(fx, dev)) {
+            for (const auto& r : checks::verify_goldens(fx, dev, nullptr, nullptr, *cases)) {
               std::cout << (r.ok() ? "PASS " : "FAIL ") << r.name << ": " << r.detail << "\n";
               ok &= r.ok();
             }

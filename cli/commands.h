@@ -40,5 +40,6 @@ Command add_verify(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_cross_device(CLI::App& app);
 Command add_conform(CLI::App& app);
+Command add_compare(CLI::App& app);
 
 }  // namespace tinygpt::cli

@@ -192,6 +192,14 @@ class ClampedPositions final : public DecodeSchedule {
   int64_t position(int64_t fed, int64_t context) const override { return std::min(fed, context - 1); }
 };
 
+// `min(pos, context)`: the positions stop growing at the context itself, one past the window's last
+// slot (transformers.js's position ids, derived from an attention mask its trimmed cache keeps at
+// `context` entries). Right up to position context; every token after sits at `context`.
+class PositionsStopAtContext final : public DecodeSchedule {
+ public:
+  int64_t position(int64_t fed, int64_t context) const override { return std::min(fed, context); }
+};
+
 // The position read before it counts the previous token: each decode token is fed at the
 // previous token's position (the loop's off-by-one; the attention policy is correct).
 class LoopPositionOffByOne final : public DecodeSchedule {
@@ -514,6 +522,9 @@ void register_faults(CacheRegistry& r) {
                                      {check::kWindowReference, check::kLongPrompt}));
   r.add(loop_fault<ClampedPositions>("loop-clamped-positions", "the loop's positions stop growing at the window's last slot",
                                      {check::kWindowReference, check::kLongPrompt}));
+  r.add(loop_fault<PositionsStopAtContext>("loop-positions-stop-at-context",
+                                           "the loop's positions stop growing at the context (transformers.js's own position ids)",
+                                           {check::kWindowReference}));
   r.add(loop_fault<LoopPositionOffByOne>("loop-pos-off-by-one", "the loop feeds each decode token at the previous token's position",
                                          {check::kLogits, check::kWindowReference, check::kLongPrompt}));
   r.add(loop_fault<PrefillFromTheStart>("loop-prefill-offset", "a prompt longer than the window is prefilled from its start, not its end",

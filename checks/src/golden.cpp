@@ -1,5 +1,7 @@
 #include "tinygpt/checks/golden.h"
 
+#include <algorithm>
+
 #include "tinygpt/checks/golden_compare.h"
 
 #include <ATen/ATen.h>
@@ -147,8 +149,31 @@ std::string model_digest(GPT& model) {
   return b;
 }
 
+const std::vector<std::string>& golden_cases() {
+  static const std::vector<std::string> c = {"sample-grid", "greedy-600", "sampler-selfcheck"};
+  return c;
+}
+
+namespace {
+// The file each case is recorded in.
+std::string golden_file(const std::string& c) {
+  std::string f = c;
+  std::replace(f.begin(), f.end(), '-', '_');
+  return f + ".json";
+}
+
+void check_cases(const std::vector<std::string>& cases) {
+  for (const auto& c : cases)
+    if (std::find(golden_cases().begin(), golden_cases().end(), c) == golden_cases().end())
+      throw std::invalid_argument("golden: no case '" + c + "' (the cases: sample-grid, greedy-600, sampler-selfcheck)");
+}
+}  // namespace
+
 std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device dev,
-                                                                   const CacheVariant* variant, const Reference* uncached) {
+                                                                   const CacheVariant* variant, const Reference* uncached,
+                                                                   const std::vector<std::string>& cases) {
+  check_cases(cases);
+  auto want = [&](const char* c) { return cases.empty() || std::find(cases.begin(), cases.end(), c) != cases.end(); };
   if (uncached) {
     const at::Tensor want = main_prompt();
     const int64_t T0 = want.size(1);
@@ -162,7 +187,7 @@ std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx,
   if (!variant) variant = &cache_registry().get(kSeriesCache);
   const std::string digest = model_digest(fx.model);
   std::vector<std::pair<std::string, nlohmann::json>> files;
-  {
+  if (want("sample-grid")) {
     nlohmann::json doc = envelope("sample-grid", dev, 1, digest);
     const auto prompt = fx.tokenizer.encode(kGridPrompt);
     doc["prompt"] = kGridPrompt;
@@ -176,14 +201,14 @@ std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx,
     }
     files.emplace_back("sample_grid.json", doc);
   }
-  {
+  if (want("greedy-600")) {
     nlohmann::json doc = envelope("greedy-600", dev, 0, digest);
     const at::Tensor p = main_prompt().contiguous();
     doc["prompt_ids"] = std::vector<int64_t>(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
     doc["rows"] = greedy_rows(fx, dev, *variant, recorded, uncached);
     files.emplace_back("greedy_600.json", doc);
   }
-  if (recorded) {
+  if (recorded && want("sampler-selfcheck")) {
     nlohmann::json doc = envelope("sampler-selfcheck", dev, 0, digest);
     doc["items"] = nlohmann::json::array();
     std::vector<std::vector<int64_t>> draws;
@@ -196,16 +221,17 @@ std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx,
 }
 
 std::vector<CheckResult> verify_goldens(Fixture& fx, c10::Device dev, const CacheVariant* variant,
-                                             const Reference* uncached) {
+                                             const Reference* uncached, const std::vector<std::string>& cases) {
+  check_cases(cases);
   std::vector<CheckResult> out;
   const std::string suffix = variant ? " [" + variant->name + "]" : "";
   // Every recorded file is read and its fields checked before the minutes of computing: a missing or broken one
   // is named at once.
-  for (const char* f : {"greedy_600.json", "sample_grid.json", "sampler_selfcheck.json"}) {
-    const std::string path = (fs::path(fx.dir) / f).string();
+  for (const auto& c : cases.empty() ? golden_cases() : cases) {
+    const std::string path = (fs::path(fx.dir) / golden_file(c)).string();
     validate_golden_document(path, read_golden_json(path), fx.tokenizer);
   }
-  for (const auto& [file, fresh] : compute_goldens(fx, dev, variant, uncached)) {
+  for (const auto& [file, fresh] : compute_goldens(fx, dev, variant, uncached, cases)) {
     const std::string path = (fs::path(fx.dir) / file).string();
     for (auto& r : compare_golden_document(path, read_golden_json(path), fresh, fx.tokenizer, suffix, variant != nullptr))
       out.push_back(std::move(r));

@@ -116,6 +116,9 @@ nlohmann::json to_json(const ConformReport& r, bool past_window) {
   doc["requests"] = r.requests;
   doc["fatal"] = r.fatal ? nlohmann::json(*r.fatal) : nlohmann::json(nullptr);
   doc["rows"] = doc["checks"];  // the same list under the name conform reports also use (docs/reports.md)
+  if (r.diagnosis.ran())
+    doc["diagnosis"] = {{"failing", r.diagnosis.failing}, {"matches", r.diagnosis.matches}, {"closest", r.diagnosis.closest},
+                        {"text", r.diagnosis.text}};
   return doc;
 }
 

@@ -18,13 +18,26 @@
 // dropping them (the last kRollback of them kept), and a rollback tags them back. In a unified cache
 // seq_cp and seq_rm only change which sequences a cell belongs to; no data moves.
 //
+// Protocol 3 through llama.cpp's own calls: `extend` is a multi-token llama_decode on one sequence
+// (split into micro-batches of TINYGPT_LLAMA_UBATCH tokens when set: n_ubatch, where llama.cpp's
+// chunked-prefill bugs have lived); `save`/`restore` are llama_state_seq_get_data/set_data (the
+// row's cells, base64 in the answer, with its position); `shift` is llama.cpp's context shift,
+// llama_memory_seq_rm of the span then llama_memory_seq_add of -discard on the later cells (the
+// K-shift re-rotates their keys at the next decode); prefix reuse is llama-server's prompt cache
+// through llama_memory_seq_cp: a released row's cells are kept under a pool sequence (kPool of them,
+// the oldest given up first), and a new prompt sharing a prefix with one takes those cells (never
+// the prompt's last token, whose logits are the answer) and computes the rest; the prefill answer
+// says how many it reused.
+//
 // Planted faults for the suite's tests (TINYGPT_ENGINE_FAULT): rope-permutation-skipped (the GGUF's
 // q/k rows put back in our order: llama.cpp's rotate-half RoPE then pairs the wrong channels),
 // no-reset, never-trimmed, one-entry-too-few, context-shift-keeps-prompt (llama.cpp's context shift:
 // the first tokens stay, the ones after them go), f16-cache; and in the serving operations
 // rollback-forgets-the-window (a rollback past the window leaves the evicted entries gone; an
 // off-by-one in the rollback's positions cannot be planted quietly: llama_decode refuses a position
-// that does not follow the sequence's last).
+// that does not follow the sequence's last); shift-not-renumbered (the span dropped, the later
+// cells left at their positions and the row's position with them: the kept first tokens end up
+// `discard` positions further away than a shift puts them).
 #include <dlfcn.h>
 #include <gguf.h>
 #include <ggml-backend.h>
@@ -51,14 +64,20 @@ using nlohmann::json;
 namespace {
 
 const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset", "never-trimmed", "one-entry-too-few",
-                                       "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window"};
+                                       "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window",
+                                       "shift-not-renumbered"};
 constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
 constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
+constexpr int kPool = 8;         // released rows kept for prefix reuse: sequences 2 kMaxRows ..
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
 }
+
+// A saved row's bytes in the protocol's JSON (definitions below).
+std::string base64(const std::string& in);
+std::string unbase64(const std::string& in);
 
 #ifdef TINYGPT_EXACT_GELU
 constexpr bool kExactGelu = true;
@@ -115,13 +134,18 @@ class Engine {
 
   json hello(const json& req) {
     json h = hello_fields();
-    if (req.value("protocol", 1) >= 2) {
-      h["protocol"] = 2;
+    const int asked = req.value("protocol", 1);
+    protocol_ = std::min(asked, 3);
+    if (asked >= 2) {
+      h["protocol"] = std::min(asked, 3);
       h["operations"] = {"ragged", "join", "fork", "truncate", "bench"};
+      if (asked >= 3) h["operations"] = {"ragged", "join", "fork", "truncate", "bench", "extend", "save", "shift"};
       h["max_rows"] = kMaxRows;  // one llama sequence per row, and one more for its shadow
     }
     return h;
   }
+
+  int protocol() const { return protocol_; }
 
   json hello_fields() const {
     json dev = json::array({"top-k-exact", "rope-angle-recurrence"});
@@ -147,10 +171,11 @@ class Engine {
     model_ = llama_model_load_from_file(path.c_str(), mp);
     if (!model_) throw std::runtime_error("llama_model_load_from_file failed on " + path);
     llama_context_params cp = llama_context_default_params();
-    cp.n_seq_max = 2 * kMaxRows;  // every row and its shadow
+    cp.n_seq_max = 2 * kMaxRows + kPool;  // every row, its shadow, and the released rows kept
     cp.kv_unified = true;         // seq_cp and seq_rm re-tag cells; nothing is copied
-    cp.n_ctx = static_cast<uint32_t>(kMaxRows * (context_ + kRollback + 64));
+    cp.n_ctx = static_cast<uint32_t>((kMaxRows + kPool) * (context_ + kRollback + 64));
     cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(kMaxRows * context_);
+    if (const std::string u = env("TINYGPT_LLAMA_UBATCH"); !u.empty()) cp.n_ubatch = static_cast<uint32_t>(std::stoi(u));
     cp.n_threads = cp.n_threads_batch = 1;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = cp.type_v = fault_ == "f16-cache" ? GGML_TYPE_F16 : GGML_TYPE_F32;
@@ -169,10 +194,13 @@ class Engine {
     pos_.assign(kMaxRows, 0);
     prompt_.assign(kMaxRows, 0);
     live_.assign(kMaxRows, false);
+    fed_.assign(kMaxRows, {});
+    pool_.clear();
   }
 
   // New rows (a prefill: each at positions 0..T-1, rows of any lengths): their logits and their ids.
-  json prefill(const json& ids, json& rows_out) {
+  // A prompt sharing a prefix with a released row in the pool takes that row's cells for it.
+  json prefill(const json& ids, json& rows_out, json& reused) {
     std::vector<int> rows;
     for (size_t b = 0; b < ids.size(); ++b) {
       int s = 0;
@@ -180,13 +208,43 @@ class Engine {
       if (s == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
       rows.push_back(s);
     }
+    llama_memory_t mem = llama_get_memory(ctx_);
+    json rest = json::array();
+    reused = json::array();
     for (size_t b = 0; b < ids.size(); ++b) {
-      pos_[rows[b]] = 0;  // positions from 0: on a sequence `reset` did not clear, llama_decode refuses them
-      prompt_[rows[b]] = static_cast<int>(ids[b].size());
-      live_[rows[b]] = true;
+      const int row = rows[b];
+      const std::vector<int> prompt = ids[b].get<std::vector<int>>();
+      if (prompt.empty()) throw std::runtime_error("an empty row");
+      pos_[row] = 0;  // positions from 0: on a sequence `reset` did not clear, llama_decode refuses them
+      prompt_[row] = static_cast<int>(prompt.size());
+      live_[row] = true;
+      fed_[row].clear();
+      int keep = 0;
+      if (protocol_ >= 3 && static_cast<int>(prompt.size()) <= context_) {
+        size_t best = pool_.size();
+        int shared = 0;
+        for (size_t i = 0; i < pool_.size(); ++i) {
+          const auto& t = pool_[i].tokens;
+          int n = 0;
+          while (n < static_cast<int>(std::min(t.size(), prompt.size())) && t[n] == prompt[n]) ++n;
+          if (n > shared) best = i, shared = n;
+        }
+        keep = std::min(shared, static_cast<int>(prompt.size()) - 1);  // the last token is computed: its logits are the answer
+        if (keep > 0) {
+          llama_memory_seq_cp(mem, pool_[best].seq, row, 0, keep);
+          llama_memory_seq_rm(mem, pool_[best].seq, -1, -1);
+          pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(best));  // the slot is taken, as llama-server's is
+          pos_[row] = keep;
+          fed_[row].assign(prompt.begin(), prompt.begin() + keep);
+        } else {
+          keep = 0;
+        }
+      }
+      reused.push_back(keep);
+      rest.push_back(std::vector<int>(prompt.begin() + keep, prompt.end()));
     }
     rows_out = rows;
-    return decode(rows, ids);
+    return decode(rows, rest);
   }
 
   // One id per row for `rows` (all live rows in order when none are named).
@@ -217,6 +275,7 @@ class Engine {
     pos_[d] = pos_[row];
     prompt_[d] = prompt_[row];
     live_[d] = true;
+    fed_[d] = fed_[row];
     return d;
   }
 
@@ -227,6 +286,7 @@ class Engine {
     if (n < 0 || n > pos_[row]) throw std::runtime_error("cannot drop " + std::to_string(n) + " tokens");
     llama_memory_t mem = llama_get_memory(ctx_);
     pos_[row] -= n;
+    fed_[row].resize(std::min(fed_[row].size(), static_cast<size_t>(pos_[row])));
     llama_memory_seq_rm(mem, row, pos_[row], -1);
     if (fault_ == "rollback-forgets-the-window") return;  // planted: the evicted entries stay gone
     const int lo = std::max(0, pos_[row] - context_);
@@ -234,9 +294,81 @@ class Engine {
     llama_memory_seq_rm(mem, kMaxRows + row, lo, -1);
   }
 
+  // Several tokens appended to `row` in one llama_decode (micro-batched by n_ubatch): the last one's logits.
+  json extend(int row, const json& ids) {
+    checked_row(row);
+    if (ids.empty()) throw std::runtime_error("extend takes at least one id");
+    if (pos_[row] + static_cast<int>(ids.size()) > context_) throw std::runtime_error("a chunk must end inside the window");
+    return decode({row}, json::array({ids}));
+  }
+
+  // The row's cells (llama_state_seq_get_data) with its position and prompt length, as base64.
+  std::string save(int row) {
+    checked_row(row);
+    const size_t n = llama_state_seq_get_size(ctx_, row);
+    std::string raw(16 + n, '\0');
+    const int32_t head[4] = {pos_[row], prompt_[row], 0, 0};
+    std::memcpy(raw.data(), head, sizeof head);
+    if (llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(raw.data()) + 16, n, row) != n)
+      throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+    return base64(raw);
+  }
+
+  int restore(const std::string& state) {
+    const std::string raw = unbase64(state);
+    if (raw.size() <= 16) throw std::runtime_error("not a state this adapter saved");
+    int32_t head[4];
+    std::memcpy(head, raw.data(), sizeof head);
+    int d = 0;
+    while (d < kMaxRows && live_[d]) ++d;
+    if (d == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
+    llama_memory_t mem = llama_get_memory(ctx_);
+    llama_memory_seq_rm(mem, d, -1, -1);
+    llama_memory_seq_rm(mem, kMaxRows + d, -1, -1);
+    if (llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(raw.data()) + 16, raw.size() - 16, d) == 0)
+      throw std::runtime_error("llama_state_seq_set_data refused the state");
+    pos_[d] = head[0];
+    prompt_[d] = head[1];
+    live_[d] = true;
+    fed_[d].assign(static_cast<size_t>(head[0]), -1);  // its ids are not in the state: never a later prompt's prefix
+    return d;
+  }
+
+  // llama.cpp's context shift: the `discard` cells after the first `keep` go, the later ones move
+  // down by `discard` (their keys re-rotated by llama.cpp's K-shift at the next decode).
+  void shift(int row, int keep, int discard) {
+    checked_row(row);
+    if (keep < 0 || discard < 1 || keep + discard > pos_[row])
+      throw std::runtime_error("cannot drop " + std::to_string(discard) + " after the first " + std::to_string(keep));
+    if (pos_[row] > context_) throw std::runtime_error("a shift needs every cell of the row (inside the window)");
+    llama_memory_t mem = llama_get_memory(ctx_);
+    if (!llama_memory_can_shift(mem)) throw std::runtime_error("this llama.cpp memory cannot shift positions");
+    llama_memory_seq_rm(mem, row, keep, keep + discard);
+    llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);  // nothing before the shift comes back
+    if (fault_ == "shift-not-renumbered") return;      // planted: the later cells keep their positions
+    llama_memory_seq_add(mem, row, keep + discard, -1, -discard);
+    pos_[row] -= discard;
+    prompt_[row] = std::min(prompt_[row], keep);
+    auto& f = fed_[row];  // the kept later cells were computed beside the dropped tokens: not a cold run's
+    f.erase(f.begin() + std::min<size_t>(keep, f.size()), f.begin() + std::min<size_t>(keep + discard, f.size()));
+    for (size_t i = static_cast<size_t>(keep); i < f.size(); ++i) f[i] = -1;
+  }
+
   void release(int row) {
     checked_row(row);
     llama_memory_t mem = llama_get_memory(ctx_);
+    if (protocol_ >= 3 && pos_[row] > 0 && pos_[row] <= context_) {  // kept for a later prompt that shares its prefix
+      int seq = 2 * kMaxRows;
+      if (static_cast<int>(pool_.size()) == kPool) {  // the oldest gives up its sequence
+        seq = pool_.front().seq;
+        llama_memory_seq_rm(mem, seq, -1, -1);
+        pool_.erase(pool_.begin());
+      } else {
+        while (std::any_of(pool_.begin(), pool_.end(), [&](const Released& r) { return r.seq == seq; })) ++seq;
+      }
+      llama_memory_seq_cp(mem, row, seq, -1, -1);
+      pool_.push_back({seq, fed_[row]});
+    }
     llama_memory_seq_rm(mem, row, -1, -1);
     llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);
     live_[row] = false;
@@ -392,6 +524,7 @@ class Engine {
       const auto& r = ids[b];
       for (size_t i = 0; i < r.size(); ++i, ++k) {
         batch.token[k] = r[i].get<int>();
+        fed_[rows[b]].push_back(batch.token[k]);
         batch.pos[k] = pos_[rows[b]]++;
         batch.n_seq_id[k] = 1;
         batch.seq_id[k][0] = rows[b];
@@ -443,7 +576,46 @@ class Engine {
   int context_ = 256, n_vocab_ = 0;
   std::vector<int> pos_, prompt_;  // per row: tokens fed (the next position), the prompt's length
   std::vector<bool> live_;          // per row: in the batch
+  std::vector<std::vector<int>> fed_;  // per row: the ids fed (-1 where a cell is not a cold run's)
+  struct Released {
+    int seq;
+    std::vector<int> tokens;
+  };
+  std::vector<Released> pool_;  // released rows kept for prefix reuse, oldest first
+  int protocol_ = 2;            // what hello agreed on
 };
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+std::string base64(const std::string& in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    const uint32_t n = (uint32_t(uint8_t(in[i])) << 16) | (i + 1 < in.size() ? uint32_t(uint8_t(in[i + 1])) << 8 : 0) |
+                       (i + 2 < in.size() ? uint32_t(uint8_t(in[i + 2])) : 0);
+    out += kB64[(n >> 18) & 63];
+    out += kB64[(n >> 12) & 63];
+    out += i + 1 < in.size() ? kB64[(n >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? kB64[n & 63] : '=';
+  }
+  return out;
+}
+
+std::string unbase64(const std::string& in) {
+  if (in.size() % 4) throw std::runtime_error("a state is base64 (a multiple of 4 characters)");
+  std::string out;
+  uint32_t n = 0;
+  int bits = 0;
+  for (char ch : in) {
+    if (ch == '=') break;
+    const char* at = std::strchr(kB64, ch);
+    if (!at || !ch) throw std::runtime_error("a state is base64");
+    n = (n << 6) | static_cast<uint32_t>(at - kB64);
+    bits += 6;
+    if (bits >= 8) bits -= 8, out += static_cast<char>((n >> bits) & 0xFF);
+  }
+  return out;
+}
 
 void quiet(ggml_log_level level, const char* text, void*) {
   if (level >= GGML_LOG_LEVEL_ERROR) std::fputs(text, stderr);
@@ -472,13 +644,19 @@ int main() {
       else if (op == "load") engine.load(req), answer = {{"ok", true}};
       else if (op == "reset") engine.reset(), answer = {{"ok", true}};
       else if (op == "prefill") {
-        json rows;
-        json logits = engine.prefill(req.at("ids"), rows);
+        json rows, reused;
+        json logits = engine.prefill(req.at("ids"), rows, reused);
         answer = {{"ok", true}, {"logits", logits}, {"rows", rows}};
+        if (engine.protocol() >= 3) answer["reused"] = reused;
       } else if (op == "step") answer = {{"ok", true}, {"logits", engine.step(req.at("ids"), req.contains("rows") ? &req["rows"] : nullptr)}};
       else if (op == "fork") answer = {{"ok", true}, {"row", engine.fork(req.at("row").get<int>())}};
       else if (op == "truncate") engine.truncate(req.at("row").get<int>(), req.at("n").get<int>()), answer = {{"ok", true}};
       else if (op == "release") engine.release(req.at("row").get<int>()), answer = {{"ok", true}};
+      else if (op == "extend") answer = {{"ok", true}, {"logits", engine.extend(req.at("row").get<int>(), req.at("ids"))}};
+      else if (op == "save") answer = {{"ok", true}, {"state", engine.save(req.at("row").get<int>())}};
+      else if (op == "restore") answer = {{"ok", true}, {"row", engine.restore(req.at("state").get<std::string>())}};
+      else if (op == "shift")
+        engine.shift(req.at("row").get<int>(), req.at("keep").get<int>(), req.at("discard").get<int>()), answer = {{"ok", true}};
       else if (op == "bench") answer = engine.bench(req);
       else if (op == "sample") answer = {{"ok", true}, {"ids", engine.sample(req)}};
       else answer = {{"ok", false}, {"error", "unknown op '" + op + "'"}};

@@ -166,6 +166,7 @@ def cases(d, fixture_dir):
                                          "--out", nowhere + "/t.json"], "nonexistent-dir", nowhere + "/t.json"),
         ("golden folder without goldens", ["golden", "verify", "--dir", p("golden-empty")], "golden file missing", None),
         ("golden file that is not JSON", ["golden", "verify", "--dir", p("golden-broken")], "not valid JSON", None),
+        ("golden case that does not exist", ["golden", "verify", "--case", "greedy-601"], "no case 'greedy-601'", None),
         ("golden file with a field missing", ["golden", "verify", "--dir", p("golden-field")], "malformed golden file", None),
         ("golden file with a float where an id goes", ["golden", "verify", "--dir", p("golden-float")],
          "ids must be an integer", None),

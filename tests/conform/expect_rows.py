@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs `tinygpt conform` on an engine variant and checks which rows failed, by name: a verdict is
 only useful if it points at the right check. Usage:
-  expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] -- CONFORM ARGS...
+  expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] [--diagnosis F|none] -- CONFORM ARGS...
 --exactly: the failed rows are exactly these; --includes: these are among them (others may fail too);
---none: no row fails (exit 0); --skipped: these rows are reported as skipped (declared deviations).
+--none: no row fails (exit 0); --skipped: these rows are reported as skipped (declared deviations);
+--diagnosis: the run's diagnosis (conform --diagnose) names fault F first, or says no known fault matches.
 """
 import json
 import os
@@ -16,7 +17,7 @@ def main():
     tinygpt, work = args[0], args[1]
     split = args.index("--")
     opts, conform = args[2:split], args[split + 1:]
-    mode, names, skipped = None, [], []
+    mode, names, skipped, diagnosis = None, [], [], None
     i = 0
     while i < len(opts):
         if opts[i] in ("--exactly", "--includes"):
@@ -25,6 +26,9 @@ def main():
         elif opts[i] == "--none":
             mode = "--none"
             i += 1
+        elif opts[i] == "--diagnosis":
+            diagnosis = opts[i + 1]
+            i += 2
         elif opts[i] == "--skipped":
             skipped = [n for n in opts[i + 1].split(",") if n]
             i += 2
@@ -55,6 +59,16 @@ def main():
     for n in skipped:
         if n not in skip:
             problems.append("expected %s to be reported as skipped (declared), got %s" % (n, skip))
+    if diagnosis is not None:
+        d = doc.get("diagnosis")
+        if not d:
+            problems.append("expected a diagnosis in the report, got none")
+        elif diagnosis == "none" and (d["matches"] or "match no known fault" not in d["text"]):
+            problems.append("expected no known fault to match, got %s: %s" % (d["matches"], d["text"]))
+        elif diagnosis != "none" and (not d["matches"] or d["matches"][0] != diagnosis):
+            problems.append("expected the diagnosis to name %s first, got %s: %s" % (diagnosis, d["matches"], d["text"]))
+        else:
+            print("diagnosis: " + d["text"])
     for p in problems:
         print("FAIL: " + p)
     print("failed rows: %s; skipped rows: %s" % (failed, skip))

@@ -246,6 +246,7 @@ ConformReport run_conform(const ConformOptions& o) {
     rep.rows.push_back(q);
   }
   rep.requests = proc.requests();
+  if (o.diagnose && !rep.fatal) rep.diagnosis = diagnose(model, eo, rep.rows, say);
   return rep;
 }
 

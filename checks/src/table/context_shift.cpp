@@ -133,6 +133,8 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
                                  std::to_string(discard) + " of " + std::to_string(shifts.back().at) + " tokens), step " +
                                  std::to_string(j + 1) + ": |diff| " + sci(d) + " from the re-rotated reference > " + sci(bound));
         r.figure = d;
+        r.stats["first_over"] = static_cast<double>(pos - 1);  // the position of the token whose logits parted
+        r.stats["first_over_diff"] = d;
         return;
       }
     }

@@ -34,6 +34,14 @@ void add_stats(CheckResult& r, const StepDiffs& d) {
   r.stats["kl_mean"] = d.kl_mean();
   r.stats["kl_max"] = d.kl_max();
   if (d.first_top1_parting) r.stats["margin_at_top1_parting"] = d.margin_at_parting;
+  // Where the comparison first went over its bound: what a diagnosis matches faults by (diagnose.h).
+  if (d.first_position_over) {
+    r.stats["first_over"] = static_cast<double>(*d.first_position_over);
+    r.stats["first_over_diff"] = d.diffs.at(static_cast<size_t>(*d.first_position_over - d.first_position));
+  } else {
+    r.stats.erase("first_over");
+    r.stats.erase("first_over_diff");
+  }
 }
 
 // Judges one comparison by the bounds in force: max |diff| by default; mean KL and top-1 agreement
@@ -83,8 +91,13 @@ StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logit
   CheckResult scratch = r;
   const bool full_ok = within(scratch, full, t, tol);
   const bool band_ok = within(r, band, t, tol);
-  if (!full_ok) set(r, false, "vs full forward: " + describe_steps(full, tol, ref.full) + "; " + stats_line(full));
-  else set(r, band_ok, "vs banded reference: " + describe_steps(band, tol, ref.band) + "; " + stats_line(band));
+  if (!full_ok) {
+    set(r, false, "vs full forward: " + describe_steps(full, tol, ref.full) + "; " + stats_line(full));
+    for (const char* k : {"first_over", "first_over_diff"})
+      if (scratch.stats.count(k)) r.stats[k] = scratch.stats[k];
+  } else {
+    set(r, band_ok, "vs banded reference: " + describe_steps(band, tol, ref.band) + "; " + stats_line(band));
+  }
   return band;
 }
 
@@ -96,6 +109,7 @@ StepDiffs judge_positions(CheckResult& r, const Tolerances& t, const at::Tensor&
   std::string where;
   if (d.first_position_over) {
     const int64_t i = *d.first_position_over;
+    r.stats["first_over"] = static_cast<double>(at(i));
     where = "first over " + sci(t.logits) + " at position " + std::to_string(at(i)) + " (|diff| " + sci(d.diffs[i]) +
             ", top-2 margin there " + sci(top2_margin(ref.select(1, i))) + ")";
   } else {
@@ -180,8 +194,13 @@ void teacher_forced_check(CheckContext& c, CheckResult& r) {
   CheckResult scratch = r;
   const bool full_ok = within(scratch, c.out.forced_full, c.tol(), tol);
   const bool band_ok = within(r, c.out.forced_band, c.tol(), tol);
-  if (!full_ok) set(r, false, "vs full forward: " + describe_steps(c.out.forced_full, tol, ref.steps.full));
-  else set(r, band_ok, "vs banded reference: " + describe_steps(c.out.forced_band, tol, ref.steps.band));
+  if (!full_ok) {
+    set(r, false, "vs full forward: " + describe_steps(c.out.forced_full, tol, ref.steps.full));
+    for (const char* k : {"first_over", "first_over_diff"})
+      if (scratch.stats.count(k)) r.stats[k] = scratch.stats[k];
+  } else {
+    set(r, band_ok, "vs banded reference: " + describe_steps(c.out.forced_band, tol, ref.steps.band));
+  }
 }
 
 // 6. A seeded run with every sampler stage active: its logits against the references over the

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
@@ -39,6 +40,8 @@ struct ConformOptions {
   int64_t self_stride = 0;  // the self check prefills every self_stride-th in-window step (and the last); 0: its default choice
   bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
   bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
+  // After a run with failing model rows: match them against the fault catalogue on our model (diagnose.h).
+  bool diagnose = false;
   std::function<void(const std::string&)> progress;
 };
 
@@ -50,6 +53,7 @@ struct ConformReport {
   EquivalenceResult model;              // the model checks' figures (plots, statistics)
   int64_t requests = 0;
   std::optional<std::string> fatal;     // the engine stopped being usable mid-run (exit 2)
+  Diagnosis diagnosis;                  // with ConformOptions::diagnose and failing model rows
   bool passed() const { return !fatal && all_ok(rows); }
 };
 

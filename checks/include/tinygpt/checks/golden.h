@@ -47,14 +47,19 @@ std::string model_digest(GPT& model);
 // cached cases, through that cache (the files are recorded through the series' rolling cache).
 // `uncached`, when given, is an equivalence reference of the same greedy run (ids [1, 2, 3], 600
 // tokens, this model) whose uncached ids and logits are reused instead of recomputed.
+// `cases` (sample-grid, greedy-600, sampler-selfcheck) computes only those; empty: every one.
 std::vector<std::pair<std::string, nlohmann::json>> compute_goldens(Fixture& fx, c10::Device device,
                                                                    const CacheVariant* variant = nullptr,
-                                                                   const Reference* uncached = nullptr);
+                                                                   const Reference* uncached = nullptr,
+                                                                   const std::vector<std::string>& cases = {});
 // Compares the files in fx.dir with a fresh computation (through `variant` when given: its case
 // names then end in " [name]"). One row per case, e.g. "sample-grid/top-p 0.9": the first mismatch
 // (position, expected, actual, text around) or the figure; the largest logit difference as its value.
+// `cases` as for compute_goldens (std::invalid_argument naming an unknown one).
 std::vector<CheckResult> verify_goldens(Fixture& fx, c10::Device device, const CacheVariant* variant = nullptr,
-                                             const Reference* uncached = nullptr);
+                                             const Reference* uncached = nullptr, const std::vector<std::string>& cases = {});
+// The golden cases, by the name their file records: sample-grid, greedy-600, sampler-selfcheck.
+const std::vector<std::string>& golden_cases();
 // Rewrites the golden files atomically; returns one line per file saying what changed.
 std::vector<std::string> update_goldens(Fixture& fx, c10::Device device);
 

@@ -1,0 +1,171 @@
+#include "tinygpt/checks/diagnose.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/parallel_runs.h"
+#include "tinygpt/checks/target.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+// What to do, for the faults a real engine is most likely to show on purpose or by a known bug.
+const std::map<std::string, std::string>& remedies() {
+  static const std::map<std::string, std::string> m = {
+      {"never-trimmed",
+       "the engine attends to more than context + 1 keys past the window, as if its cache never trims: if it keeps "
+       "every token on purpose (no sliding window), run with --no-past-window; if not, trim after attending (SPEC 4)"},
+      {"trim-before-attend", "past the window a decode query sees context keys, one too few: trim after attending (SPEC 4)"},
+      {"rope-offset", "decode steps are rotated as if at position 0: pass the row's position to RoPE"},
+      {"loop-clamped-positions", "positions stop growing at the window's last slot: keep counting past the context (SPEC 4)"},
+      {"loop-wrapped-positions", "positions wrap at the window: keep counting past the context (SPEC 4)"},
+      {"topleft-mask", "the single decode query is masked top-left: align the causal mask bottom-right"},
+      {"no-reset", "the next sequence starts on the previous one's entries: clear the cache on reset"},
+      {"loop-positions-stop-at-context",
+       "the positions stop growing at the context: count them from the tokens fed, not from the trimmed cache's length or "
+       "attention mask"},
+  };
+  return m;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+bool is_model_check(const std::string& name) {
+  const auto& t = model_checks();
+  return std::any_of(t.begin(), t.end(), [&](const CheckDef& c) { return c.name == name; });
+}
+
+struct Seen {
+  std::set<std::string> failing;
+  std::map<std::string, int64_t> first;  // row -> first position over its bound
+  std::map<std::string, double> size;    // row -> the |diff| there
+};
+
+Seen seen_in(const std::vector<CheckResult>& rows) {
+  Seen s;
+  for (const auto& r : rows) {
+    if (!r.failed() || !is_model_check(r.name)) continue;
+    s.failing.insert(r.name);
+    const auto it = r.stats.find("first_over");
+    if (it != r.stats.end()) s.first[r.name] = static_cast<int64_t>(it->second);
+    const auto sz = r.stats.find("first_over_diff");
+    if (sz != r.stats.end()) s.size[r.name] = sz->second;
+  }
+  return s;
+}
+
+std::string positions(const Seen& s, const std::vector<std::string>& order) {
+  std::string out;
+  for (const auto& n : order)
+    if (s.first.count(n)) out += (out.empty() ? "" : ", ") + n + " " + std::to_string(s.first.at(n));
+  return out;
+}
+
+}  // namespace
+
+Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector<CheckResult>& rows,
+                   const std::function<void(const std::string&)>& progress) {
+  Diagnosis d;
+  const Seen engine = seen_in(rows);
+  std::vector<std::string> order;  // table order
+  for (const auto& c : model_checks())
+    if (engine.failing.count(c.name)) order.push_back(c.name);
+  d.failing = order;
+  if (order.empty()) return d;
+  std::set<std::string> ran;  // rows the run judged (not skipped)
+  for (const auto& r : rows)
+    if (is_model_check(r.name) && r.status != Status::Skipped) ran.insert(r.name);
+
+  // Candidates: faults that must be caught by one of the failing rows; each runs the failing rows and
+  // the rows that must catch it which the run judged (a match must pass the ones the engine passed).
+  std::vector<const CacheVariant*> faults;
+  std::vector<std::vector<std::string>> runs;
+  for (const CacheVariant* f : cache_registry().all(/*faults=*/true)) {
+    if (std::none_of(f->expected.begin(), f->expected.end(), [&](const std::string& n) { return engine.failing.count(n) > 0; }))
+      continue;
+    std::vector<std::string> run;
+    for (const auto& c : model_checks())
+      if (engine.failing.count(c.name) || (ran.count(c.name) && std::count(f->expected.begin(), f->expected.end(), c.name)))
+        run.push_back(c.name);
+    faults.push_back(f);
+    runs.push_back(run);
+  }
+  if (progress) progress("diagnosis: " + std::to_string(faults.size()) + " faults of the catalogue fail one of " + join(order) + "; running them on our model");
+  at::NoGradGuard no_grad;
+  const Reference ref = build_reference(model, opts);
+  std::vector<Seen> got(faults.size());
+  run_in_parallel(faults.size(), default_workers(opts.prompt.device()), [&](size_t i) {
+    ModelTarget t(model, *faults[i]);
+    try {
+      got[i] = seen_in(run_checks(model, opts, t, runs[i], &ref).checks);
+    } catch (const std::exception&) {
+      got[i] = Seen{};  // a fault that cannot run these rows matches nothing
+    }
+  });
+  int best = -1000;
+  size_t closest = faults.size();
+  std::vector<std::pair<double, std::string>> same_rows;  // how far the |diff| there is (log ratio), fault
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const Seen& g = got[i];
+    bool same = g.failing == engine.failing;
+    double far = 0;
+    for (const auto& [n, p] : engine.first) {
+      if (g.first.count(n) && g.first.at(n) != p) same = false;
+      if (g.size.count(n) && engine.size.count(n) && g.size.at(n) > 0 && engine.size.at(n) > 0)
+        far = std::max(far, std::abs(std::log(g.size.at(n) / engine.size.at(n))));
+    }
+    if (same) same_rows.emplace_back(far, faults[i]->name);
+    int overlap = 0;  // rows both fail, less the rows only one of them fails
+    for (const auto& n : g.failing) overlap += engine.failing.count(n) ? 1 : -1;
+    for (const auto& n : engine.failing) overlap -= g.failing.count(n) ? 0 : 1;
+    if (overlap > best && !g.failing.empty()) best = overlap, closest = i;
+  }
+  // The same rows, first at the same positions: the nearest |diff| there first (two bugs that both
+  // break the first decode step differ in how much).
+  // A match differs from the engine by less than kFactor in that |diff|; the others only resemble it.
+  constexpr double kFactor = 3.0;
+  std::sort(same_rows.begin(), same_rows.end());
+  std::vector<std::string> resembling;
+  for (const auto& [far, name] : same_rows) (far <= std::log(kFactor) ? d.matches : resembling).push_back(name);
+  const std::string where = positions(engine, order);
+  d.text = "the failing rows (" + join(order) + (where.empty() ? "" : "; first over the bound at: " + where) + ") ";
+  if (!d.matches.empty()) {
+    const std::string& m = d.matches.front();
+    const auto it = remedies().find(m);
+    d.text += "match the fault " + m + " on our model: the same rows fail, first at the same positions, by a like |diff|; " +
+              (it != remedies().end() ? it->second : cache_registry().get(m).description);
+    if (d.matches.size() > 1) {
+      d.text += " (also failing these rows at these positions, by a |diff| further from the engine's: " +
+                join(std::vector<std::string>(d.matches.begin() + 1, d.matches.end())) + ")";
+    }
+  } else if (!resembling.empty()) {
+    d.closest = resembling.front();
+    d.text += "match no known fault: " + join(resembling) + " fail" + (resembling.size() > 1 ? "" : "s") +
+              " these rows first at these positions on our model, but by a |diff| more than " + std::to_string(int(kFactor)) +
+              " times the engine's there (another bug breaking the same step)";
+  } else {
+    d.text += "match no known fault";
+    if (closest < faults.size()) {
+      d.closest = faults[closest]->name;
+      std::vector<std::string> fails;
+      for (const auto& c : model_checks())
+        if (got[closest].failing.count(c.name)) fails.push_back(c.name);
+      const std::string at = positions(got[closest], fails);
+      d.text += " (the closest, " + d.closest + " - " + faults[closest]->description + " - fails " + join(fails) +
+                (at.empty() ? "" : ", first at: " + at) + ")";
+    }
+  }
+  return d;
+}
+
+}  // namespace tinygpt::checks
