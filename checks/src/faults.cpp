@@ -427,6 +427,13 @@ class ShiftPositionKept final : public ServingSchedule {
   int64_t shift_next(int64_t next, int64_t) const override { return next; }
 };
 
+// A context shift whose re-rotation is one position short: every kept later key sits one position
+// away from where its entry says (an off-by-one in the delta seq_add is given).
+class ShiftOffByOne final : public ServingSchedule {
+ public:
+  int64_t shift_rotation(int64_t discard) const override { return discard - 1; }
+};
+
 // A fault is the `static` production path - the preallocated cache, the decode kernels and the fused
 // step (cache_registry.cpp) - with one decision changed. Loop and serving-loop faults keep all of it.
 CacheVariant fault(std::string name, std::string description, std::vector<std::string> expected) {
@@ -560,6 +567,8 @@ void register_faults(CacheRegistry& r) {
   r.add(serving_loop_fault<ShiftKeysNotRotated>("shift-keys-not-rotated",
                                                 "a context shift renumbers the kept entries but leaves their keys as rotated",
                                                 check::kContextShift));
+  r.add(serving_loop_fault<ShiftOffByOne>("shift-off-by-one", "a context shift rotates the kept keys back one position too few",
+                                          check::kContextShift));
   r.add(serving_loop_fault<ShiftPositionKept>("shift-position-kept", "a context shift leaves the row's next position where it was",
                                               check::kContextShift));
 }

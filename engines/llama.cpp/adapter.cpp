@@ -37,7 +37,8 @@
 // off-by-one in the rollback's positions cannot be planted quietly: llama_decode refuses a position
 // that does not follow the sequence's last); shift-not-renumbered (the span dropped, the later
 // cells left at their positions and the row's position with them: the kept first tokens end up
-// `discard` positions further away than a shift puts them).
+// `discard` positions further away than a shift puts them); reused-prefix-too-long (a prompt cached
+// whole keeps every cell and feeds its last token again after them, one position on).
 #include <dlfcn.h>
 #include <gguf.h>
 #include <ggml-backend.h>
@@ -65,7 +66,7 @@ namespace {
 
 const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset", "never-trimmed", "one-entry-too-few",
                                        "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window",
-                                       "shift-not-renumbered"};
+                                       "shift-not-renumbered", "reused-prefix-too-long"};
 constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
 constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
 constexpr int kPool = 8;         // released rows kept for prefix reuse: sequences 2 kMaxRows ..
@@ -230,6 +231,7 @@ class Engine {
           if (n > shared) best = i, shared = n;
         }
         keep = std::min(shared, static_cast<int>(prompt.size()) - 1);  // the last token is computed: its logits are the answer
+        if (fault_ == "reused-prefix-too-long" && shared == static_cast<int>(prompt.size())) keep = shared;  // planted: all kept
         if (keep > 0) {
           llama_memory_seq_cp(mem, pool_[best].seq, row, 0, keep);
           llama_memory_seq_rm(mem, pool_[best].seq, -1, -1);
@@ -241,7 +243,9 @@ class Engine {
         }
       }
       reused.push_back(keep);
-      rest.push_back(std::vector<int>(prompt.begin() + keep, prompt.end()));
+      // The planted fault keeps every cell and feeds the last token again after them, one position on.
+      rest.push_back(keep == static_cast<int>(prompt.size()) ? std::vector<int>{prompt.back()}
+                                                             : std::vector<int>(prompt.begin() + keep, prompt.end()));
     }
     rows_out = rows;
     return decode(rows, rest);
