@@ -266,14 +266,21 @@ class Engine {
     return decode(rows, ids);
   }
 
-  int fork(int row) {
-    checked_row(row);
+  // A row not in the batch, its sequence and its shadow emptied: where a fork or a restore lands.
+  int free_row() {
     int d = 0;
     while (d < kMaxRows && live_[d]) ++d;
     if (d == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
     llama_memory_t mem = llama_get_memory(ctx_);
     llama_memory_seq_rm(mem, d, -1, -1);
     llama_memory_seq_rm(mem, kMaxRows + d, -1, -1);
+    return d;
+  }
+
+  int fork(int row) {
+    checked_row(row);
+    const int d = free_row();
+    llama_memory_t mem = llama_get_memory(ctx_);
     llama_memory_seq_cp(mem, row, d, -1, -1);
     llama_memory_seq_cp(mem, kMaxRows + row, kMaxRows + d, -1, -1);
     pos_[d] = pos_[row];
@@ -323,12 +330,7 @@ class Engine {
     if (raw.size() <= 16) throw std::runtime_error("not a state this adapter saved");
     int32_t head[4];
     std::memcpy(head, raw.data(), sizeof head);
-    int d = 0;
-    while (d < kMaxRows && live_[d]) ++d;
-    if (d == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
-    llama_memory_t mem = llama_get_memory(ctx_);
-    llama_memory_seq_rm(mem, d, -1, -1);
-    llama_memory_seq_rm(mem, kMaxRows + d, -1, -1);
+    const int d = free_row();
     if (llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(raw.data()) + 16, raw.size() - 16, d) == 0)
       throw std::runtime_error("llama_state_seq_set_data refused the state");
     pos_[d] = head[0];
