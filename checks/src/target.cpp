@@ -101,6 +101,7 @@ std::vector<int64_t> ModelTarget::reused() const { return rows_ ? rows_->reused(
 std::string ModelTarget::save_row(int64_t row) { return to_bytes(rows().save(row)); }
 int64_t ModelTarget::restore_row(const std::string& state) { return rows().restore(row_state_from_bytes(state)); }
 void ModelTarget::shift_row(int64_t row, int64_t keep, int64_t discard) { rows().shift(row, keep, discard); }
+std::unique_ptr<DecodeTarget> ModelTarget::second_instance() const { return std::make_unique<ModelTarget>(model_, *variant_); }
 
 at::Tensor ModelTarget::prefill(const at::Tensor& ids) {
   at::NoGradGuard no_grad;

@@ -38,7 +38,11 @@
 // that does not follow the sequence's last); shift-not-renumbered (the span dropped, the later
 // cells left at their positions and the row's position with them: the kept first tokens end up
 // `discard` positions further away than a shift puts them); reused-prefix-too-long (a prompt cached
-// whole keeps every cell and feeds its last token again after them, one position on).
+// whole keeps every cell and feeds its last token again after them, one position on);
+// shift-shares-cells (a row's cells shifted where a fork or a reused prefix still shares them: the
+// other sequences' cells move with it); extend-last-token-dropped (a chunk's last cell is not kept:
+// the next token takes its position, as ONNX Runtime GenAI's append-after-generate bug did);
+// state-saved-in-part (a saved state without the row's oldest 16 cells, llama.cpp PR #5840's bug).
 #include <dlfcn.h>
 #include <gguf.h>
 #include <ggml-backend.h>
@@ -66,10 +70,12 @@ namespace {
 
 const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset", "never-trimmed", "one-entry-too-few",
                                        "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window",
-                                       "shift-not-renumbered", "reused-prefix-too-long"};
+                                       "shift-not-renumbered", "reused-prefix-too-long", "shift-shares-cells",
+                                       "extend-last-token-dropped", "state-saved-in-part"};
 constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
 constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
-constexpr int kPool = 8;         // released rows kept for prefix reuse: sequences 2 kMaxRows ..
+constexpr int kPool = 8;
+constexpr int kScratch = 2 * kMaxRows + kPool;  // a sequence for a planted fault's partial copy         // released rows kept for prefix reuse: sequences 2 kMaxRows ..
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
@@ -172,7 +178,7 @@ class Engine {
     model_ = llama_model_load_from_file(path.c_str(), mp);
     if (!model_) throw std::runtime_error("llama_model_load_from_file failed on " + path);
     llama_context_params cp = llama_context_default_params();
-    cp.n_seq_max = 2 * kMaxRows + kPool;  // every row, its shadow, and the released rows kept
+    cp.n_seq_max = 2 * kMaxRows + kPool + 1;  // every row, its shadow, the released rows kept, a scratch one
     cp.kv_unified = true;         // seq_cp and seq_rm re-tag cells; nothing is copied
     cp.n_ctx = static_cast<uint32_t>((kMaxRows + kPool) * (context_ + kRollback + 64));
     cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(kMaxRows * context_);
@@ -310,18 +316,33 @@ class Engine {
     checked_row(row);
     if (ids.empty()) throw std::runtime_error("extend takes at least one id");
     if (pos_[row] + static_cast<int>(ids.size()) > context_) throw std::runtime_error("a chunk must end inside the window");
-    return decode({row}, json::array({ids}));
+    json out = decode({row}, json::array({ids}));
+    if (fault_ == "extend-last-token-dropped") {  // planted: the chunk's last cell never stays in the cache
+      llama_memory_seq_rm(llama_get_memory(ctx_), row, pos_[row] - 1, -1);
+      --pos_[row];
+      fed_[row].pop_back();
+    }
+    return out;
   }
 
   // The row's cells (llama_state_seq_get_data) with its position and prompt length, as base64.
   std::string save(int row) {
     checked_row(row);
-    const size_t n = llama_state_seq_get_size(ctx_, row);
+    int from = row;
+    if (fault_ == "state-saved-in-part") {  // planted: the row's oldest 16 cells are left out of its state
+      llama_memory_t mem = llama_get_memory(ctx_);
+      llama_memory_seq_rm(mem, kScratch, -1, -1);
+      llama_memory_seq_cp(mem, row, kScratch, -1, -1);
+      llama_memory_seq_rm(mem, kScratch, 0, std::max(0, pos_[row] - context_) + 16);
+      from = kScratch;
+    }
+    const size_t n = llama_state_seq_get_size(ctx_, from);
     std::string raw(16 + n, '\0');
     const int32_t head[4] = {pos_[row], prompt_[row], 0, 0};
     std::memcpy(raw.data(), head, sizeof head);
-    if (llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(raw.data()) + 16, n, row) != n)
+    if (llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(raw.data()) + 16, n, from) != n)
       throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+    if (from == kScratch) llama_memory_seq_rm(llama_get_memory(ctx_), kScratch, -1, -1);
     return base64(raw);
   }
 
@@ -349,6 +370,20 @@ class Engine {
     if (pos_[row] > context_) throw std::runtime_error("a shift needs every cell of the row (inside the window)");
     llama_memory_t mem = llama_get_memory(ctx_);
     if (!llama_memory_can_shift(mem)) throw std::runtime_error("this llama.cpp memory cannot shift positions");
+    // A cell of a unified cache may belong to several sequences (seq_cp shares it: a fork, a reused
+    // prefix, the prompt pool), and llama_memory_seq_add moves the cell - its position and, at the
+    // K-shift, its key - for every one of them: a shifted fork would shift its parent. Measured on
+    // llama.cpp 0.4.0: the parent's next llama_decode is refused ("the sequence positions must remain
+    // consecutive"), or where its positions line up it decodes against keys moved under it (churn:
+    // 0.29). So the row's cells are made its own first: its state copied out, its cells let go, the
+    // state put back into fresh cells (llama_state_seq_*; the other sequences keep the old ones).
+    if (fault_ != "shift-shares-cells") {  // planted: the shared cells move for every sequence
+      const size_t n = llama_state_seq_get_size(ctx_, row);
+      std::vector<uint8_t> own(n);
+      if (llama_state_seq_get_data(ctx_, own.data(), n, row) != n) throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+      llama_memory_seq_rm(mem, row, -1, -1);
+      if (llama_state_seq_set_data(ctx_, own.data(), n, row) == 0) throw std::runtime_error("llama_state_seq_set_data refused the row's own state");
+    }
     llama_memory_seq_rm(mem, row, keep, keep + discard);
     llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);  // nothing before the shift comes back
     if (fault_ == "shift-not-renumbered") return;      // planted: the later cells keep their positions

@@ -18,6 +18,7 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     reused-prefix-too-long   a fully cached prompt keeps every entry and feeds its last token again after them
     position-by-request      a step's positions read by request index, not by row (the i-th live row's counter)
     restore-position-from-window  a restored row's position taken from its window's length (wrong past the window)
+    state-by-reference  `save` answers a key into this process's memory, not the entries: restores in this process only
     shift-keys-not-rotated   a context shift renumbers the kept entries but leaves their keys as rotated
     threads-race       one logit moves whenever the engine runs on more than one thread
   what real engines do on purpose:
@@ -54,7 +55,7 @@ import series_reference as ref  # noqa: E402
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
          "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
-         "restore-position-from-window", "shift-keys-not-rotated", "threads-race",
+         "restore-position-from-window", "state-by-reference", "shift-keys-not-rotated", "threads-race",
          "seed-sampler", "top-k-exact", "gelu-tanh"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
@@ -232,12 +233,26 @@ class Engine:
     def save(self, rid):
         if rid not in self.rows:
             raise ValueError("row %r is not live" % rid)
+        if has("state-by-reference"):  # planted: the state names this process's copy of the row
+            self.kept = getattr(self, "kept", {})
+            key = "kept-%d" % len(self.kept)
+            src = self.rows[rid]
+            self.kept[key] = {"kv": [[K.clone(), V.clone()] for K, V in src["kv"]], "pos": src["pos"], "ids": list(src["ids"])}
+            return base64.b64encode(key.encode("ascii")).decode("ascii")
         buf = io.BytesIO()
         torch.save(self.rows[rid], buf)
         return base64.b64encode(buf.getvalue()).decode("ascii")
 
     def restore(self, state):
-        row = torch.load(io.BytesIO(base64.b64decode(state, validate=True)), weights_only=True)
+        raw = base64.b64decode(state, validate=True)
+        if has("state-by-reference") and raw.startswith(b"kept-"):
+            kept = getattr(self, "kept", {}).get(raw.decode("ascii"))
+            if kept is None:
+                raise ValueError("no saved row %r in this process" % raw.decode("ascii"))
+            rid = self.new_row()
+            self.rows[rid] = {"kv": [[K.clone(), V.clone()] for K, V in kept["kv"]], "pos": kept["pos"], "ids": list(kept["ids"])}
+            return rid
+        row = torch.load(io.BytesIO(raw), weights_only=True)
         if has("restore-position-from-window"):
             row["pos"] = min(row["pos"], self.model.c["context"])
         rid = self.new_row()

@@ -228,6 +228,13 @@ ConformReport run_conform(const ConformOptions& o) {
   const Config& cfg = model->config();
   EngineProcess& proc = engine.process();
   RemoteTarget target(proc, engine.hello(), cfg.vocab_size, cfg.context);
+  // save-restore's fresh context: the same command started again, greeted and loaded the same way.
+  target.set_spawn([&o, &cfg]() -> std::unique_ptr<DecodeTarget> {
+    auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s);
+    auto t = std::make_unique<RemoteTarget>(second->process(), second->hello(), cfg.vocab_size, cfg.context);
+    t->own(second);
+    return t;
+  });
   rep.deviations = target.deviations();
   const EquivalenceOptions eo = conform_run_options(o, cfg);
 

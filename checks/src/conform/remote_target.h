@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -78,6 +80,13 @@ class RemoteTarget final : public DecodeTarget {
   int64_t restore_row(const std::string& state) override;
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;
   int64_t requests() const { return p_.requests(); }
+  // A second process of the same engine (started, greeted and loaded by `spawn` when asked): where
+  // save-restore restores its states into a fresh context. Without a spawn, none.
+  using Spawn = std::function<std::unique_ptr<DecodeTarget>()>;
+  void set_spawn(Spawn spawn) { spawn_ = std::move(spawn); }
+  std::unique_ptr<DecodeTarget> second_instance() const override { return spawn_ ? spawn_() : nullptr; }
+  // Keeps what the engine's process belongs to alive as long as this target (a spawned instance's).
+  void own(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
 
   // Set once the engine could not be talked to: every later request throws it again.
   const std::optional<std::string>& unusable() const { return unusable_; }
@@ -90,6 +99,8 @@ class RemoteTarget final : public DecodeTarget {
   at::Tensor pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
 
   EngineProcess& p_;
+  std::shared_ptr<void> owner_;
+  Spawn spawn_;
   std::string name_;
   std::vector<std::string> deviations_;
   int64_t vocab_, context_;

@@ -123,16 +123,18 @@ std::vector<CheckDef> make_table() {
        shared_prefix_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged", Cost::Run,
        "a shared prefix served to the wrong row or at the wrong positions (cascade attention)"},
       {check::kChurn,
-       "a seeded plan of 96 operations (admit, step, fork, rollback, extend, release; up to 8 rows live): every row, "
-       "live or gone, equals its sequence alone at every position it showed",
+       "a seeded plan of 200 operations (admit, step, fork, rollback, extend, context shift, save, restore, release; up "
+       "to 8 rows live): every row, live or gone, equals its sequence alone (a shifted row: the model's own entries "
+       "shifted the same way) at every position it showed",
        churn_check, serving, Judge::Reference, "join", Cost::Run,
        "cache-layout bugs that need churn: a slot freed out of order, a position kept by request instead of by row, a "
-       "released row's entries left visible"},
+       "released row's entries left visible, a shift that moves entries another row still shares"},
       {check::kSaveRestore,
-       "a row saved as a value inside and past the window, restored beside live rows, after a reset and after churn: "
-       "each continues as the saved row did",
+       "a row saved as a value inside and past the window, restored beside live rows, after a reset, after churn and "
+       "into a second instance of the target (an engine's second process): each continues as the saved row did",
        save_restore_check, serving, Judge::Reference, "save", Cost::Run,
-       "a state saved in part, a restored row positioned by its cache's length, a restore into a slot not made fresh"},
+       "a state saved in part, a restored row positioned by its cache's length, a restore into a slot not made fresh, a "
+       "state that refers to the saving process's memory"},
       {check::kContextShift,
        "a row that fills the window shifted three times (the entries after the first 4 halved, the later ones renumbered "
        "and their keys re-rotated), 32 steps after each: equals the uncached model's own keys and values shifted by "

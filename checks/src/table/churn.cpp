@@ -6,9 +6,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 
+#include "reference_entries.h"
 #include "rows.h"
 #include "tinygpt/checks/reference.h"
 #include "tinygpt/kv_cache.h"
@@ -28,6 +30,9 @@ std::string to_string(const ChurnOp& op) {
     case ChurnOp::Kind::Truncate: return "truncate " + row + " by " + std::to_string(op.n);
     case ChurnOp::Kind::Release: return "release " + row;
     case ChurnOp::Kind::Extend: return "extend " + row + " by " + std::to_string(op.n);
+    case ChurnOp::Kind::Shift: return "shift " + row + " keep " + std::to_string(op.keep) + " drop " + std::to_string(op.n);
+    case ChurnOp::Kind::Save: return "save " + row;
+    case ChurnOp::Kind::Restore: return "restore " + std::to_string(op.n);
   }
   return "?";
 }
@@ -53,22 +58,26 @@ bool ChurnShape::applicable(const ChurnOp& op) const {
   auto is_live = [&](int64_t r) { return r >= 0 && r < static_cast<int64_t>(rows.size()) && rows[r].live; };
   using K = ChurnOp::Kind;
   if (op.kind == K::Admit) return op.n >= 1 && op.n <= context && live() < max_live;
+  if (op.kind == K::Restore) return op.rows.empty() && op.n >= 0 && op.n < static_cast<int64_t>(saved.size()) && live() < max_live;
   if (op.rows.empty()) return false;
   if (op.kind == K::Step) {
     std::vector<int64_t> sorted = op.rows;
     std::sort(sorted.begin(), sorted.end());
     if (op.n < 1 || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end() || !std::all_of(sorted.begin(), sorted.end(), is_live))
       return false;
-    return past_window || std::all_of(sorted.begin(), sorted.end(), [&](int64_t k) { return rows[k].next + op.n <= context; });
+    return std::all_of(sorted.begin(), sorted.end(),
+                       [&](int64_t k) { return (ops.past_window && !rows[k].shifted) || rows[k].next + op.n <= context; });
   }
   if (op.rows.size() != 1 || !is_live(op.rows[0])) return false;
   const Row& r = rows[op.rows[0]];
   switch (op.kind) {
-    case K::Fork: return live() < max_live;
+    case K::Fork: return ops.fork && live() < max_live;
     case K::Release: return true;
     // SPEC 4's window after a rollback is over the sequence that remains: the cache must still hold it.
-    case K::Truncate: return op.n >= 1 && op.n < r.next && r.stored - op.n >= std::min(r.next - op.n, context);
-    case K::Extend: return op.n >= 1 && r.next + op.n <= context;  // a chunk ends inside the window
+    case K::Truncate: return ops.truncate && op.n >= 1 && op.n < r.next && r.stored - op.n >= std::min(r.next - op.n, context);
+    case K::Extend: return ops.extend && op.n >= 1 && r.next + op.n <= context;  // a chunk ends inside the window
+    case K::Shift: return ops.shift && op.keep >= 0 && op.n >= 1 && op.keep + op.n < r.next && r.next <= context && r.stored == r.next;
+    case K::Save: return ops.save;
     default: return false;
   }
 }
@@ -91,26 +100,58 @@ void ChurnShape::apply(const ChurnOp& op) {
     }
     case K::Release: rows[op.rows[0]].live = false; break;
     case K::Extend: feed(rows[op.rows[0]], op.n); break;
+    case K::Shift: {
+      Row& r = rows[op.rows[0]];
+      r.next -= op.n, r.stored -= op.n, ++r.rollbacks, r.shifted = true;
+      break;
+    }
+    case K::Save: saved.push_back(rows[op.rows[0]]); break;
+    case K::Restore: rows.push_back(saved[static_cast<size_t>(op.n)]), rows.back().live = true; break;
   }
 }
 
-ChurnRun::ChurnRun(DecodeTarget& target, int64_t vocab, int64_t context, int64_t max_live, bool past_window)
-    : target_(target), vocab_(vocab) {
-  shape_.context = context;
+ChurnRun::ChurnRun(DecodeTarget& target, GPT& model, int64_t max_live, const ChurnOps& ops)
+    : target_(target), model_(model), vocab_(model->config().vocab_size) {
+  shape_.context = model->config().context;
   shape_.max_live = max_live;
-  shape_.past_window = past_window;
+  shape_.ops = ops;
   target_.reset();
 }
+
+ChurnRun::~ChurnRun() = default;
+
+at::Tensor ChurnRun::reference_step(int64_t k, const std::vector<int64_t>& ids) {
+  at::NoGradGuard no_grad;
+  ReferenceEntries& e = *entries_[static_cast<size_t>(k)];
+  const at::Tensor x = at::tensor(ids, at::kLong).unsqueeze(0).to(model_->emb->weight.device());  // (1, n)
+  return model_->step(x, e, e.length()).to(at::kCPU)[0];  // (V): at the newest position
+}
+
+namespace {
+
+// The band reference's logits (m, V) at `positions` of `seq` (position p predicts seq[p + 1]).
+at::Tensor sequence_reference(GPT& model, const std::vector<int64_t>& seq, const std::vector<int64_t>& positions) {
+  std::vector<int64_t> full = seq;
+  full.push_back(0);  // the newest logits predict a token not fed yet: any id, it is never read
+  const auto dev = model->emb->weight.device();
+  const at::Tensor s = at::tensor(full, at::kLong).unsqueeze(0).to(dev);  // (1, L + 1)
+  const StepReference ref = reference_for(model, s, 1, s.size(1) - 1);   // band: (1, L, V), index = position
+  return ref.band[0].index_select(0, at::tensor(positions, at::kLong).to(ref.band.device())).to(at::kCPU);  // (m, V)
+}
+
+}  // namespace
 
 void ChurnRun::apply(const ChurnOp& op) {
   if (!shape_.applicable(op)) throw std::logic_error("churn: '" + to_string(op) + "' does not apply here");
   const int64_t index = static_cast<int64_t>(script_.size());
   touched_.clear();
-  auto show = [&](int64_t k, const at::Tensor& l) {  // l (V): logits at the row's newest position
+  // l (V): logits at the row's newest position; want (V): the reference's there (a shifted row's) or undefined.
+  auto show = [&](int64_t k, const at::Tensor& l, const at::Tensor& want = at::Tensor()) {
     ChurnRow& row = rows_[k];
     row.positions.push_back(static_cast<int64_t>(row.seq.size()) - 1);
     row.logits.push_back(l.to(at::kCPU));
     row.shown_by.push_back(index);
+    row.expected.push_back(want);
     if (std::find(touched_.begin(), touched_.end(), k) == touched_.end()) touched_.push_back(k);
   };
   auto token = [&](int64_t k) {
@@ -125,6 +166,7 @@ void ChurnRun::apply(const ChurnOp& op) {
       for (int64_t p = 0; p < op.n; ++p) rows_[row].seq.push_back(churn_token(row, p, 0, vocab_));
       at::Tensor logits;
       ids_.push_back(target_.add_rows({rows_[row].seq}, logits)[0]);  // logits (1, V)
+      entries_.push_back(nullptr);
       show(row, logits[0]);
       break;
     }
@@ -137,33 +179,82 @@ void ChurnRun::apply(const ChurnOp& op) {
           targets.push_back(ids_[r]);
         }
         const at::Tensor out = target_.step_rows(targets, ids).to(at::kCPU);  // (R, V)
-        for (size_t i = 0; i < op.rows.size(); ++i) show(op.rows[i], out[static_cast<int64_t>(i)]);
+        for (size_t i = 0; i < op.rows.size(); ++i) {
+          const int64_t r = op.rows[i];
+          show(r, out[static_cast<int64_t>(i)], entries_[r] ? reference_step(r, {ids[i]}) : at::Tensor());
+        }
       }
       break;
     case K::Fork:
       ids_.push_back(target_.fork_row(ids_[k]));
       rows_.push_back(rows_[k]);  // the child's history is its parent's
+      entries_.push_back(entries_[k] ? std::make_shared<ReferenceEntries>(entries_[k]->copy()) : nullptr);
       break;
     case K::Truncate: {
       target_.truncate_row(ids_[k], op.n);
       ChurnRow& row = rows_[k];
       row.seq.resize(row.seq.size() - static_cast<size_t>(op.n));
       // What was seen at a dropped position is no longer this row's; what was seen before stays.
+      // (Logits judged against a shifted row's entries were judged at the point they were shown: kept.)
       const int64_t last = static_cast<int64_t>(row.seq.size()) - 1;
-      ChurnRow kept{row.seq, {}, {}, {}};
+      ChurnRow kept{row.seq, {}, {}, {}, {}, row.history};
       for (size_t i = 0; i < row.positions.size(); ++i)
-        if (row.positions[i] <= last) kept.positions.push_back(row.positions[i]), kept.logits.push_back(row.logits[i]), kept.shown_by.push_back(row.shown_by[i]);
+        if (row.positions[i] <= last || row.expected[i].defined()) {
+          kept.positions.push_back(row.positions[i]), kept.logits.push_back(row.logits[i]);
+          kept.shown_by.push_back(row.shown_by[i]), kept.expected.push_back(row.expected[i]);
+        }
       row = std::move(kept);
+      if (entries_[k]) entries_[k]->drop_newest(op.n);
       break;
     }
     case K::Release: target_.release_row(ids_[k]); break;
     case K::Extend: {
       std::vector<int64_t> chunk;
       for (int64_t i = 0; i < op.n; ++i) chunk.push_back(token(k)), rows_[k].seq.push_back(chunk.back());
-      show(k, target_.extend_row(ids_[k], chunk));
+      const at::Tensor got = target_.extend_row(ids_[k], chunk);  // (V)
+      show(k, got, entries_[k] ? reference_step(k, chunk) : at::Tensor());
+      break;
+    }
+    case K::Shift: {
+      target_.shift_row(ids_[k], op.keep, op.n);
+      ChurnRow& row = rows_[k];
+      if (!entries_[k]) {
+        // The row's first shift: what it showed so far is judged against its sequence alone now,
+        // and its reference from here on is the model's own entries of one forward of it, shifted.
+        std::vector<int64_t> pending;
+        for (size_t i = 0; i < row.positions.size(); ++i)
+          if (!row.expected[i].defined()) pending.push_back(row.positions[i]);
+        if (!pending.empty()) {
+          const at::Tensor want = sequence_reference(model_, row.seq, pending);  // (m, V)
+          int64_t j = 0;
+          for (size_t i = 0; i < row.positions.size(); ++i)
+            if (!row.expected[i].defined()) row.expected[i] = want[j++];
+        }
+        at::NoGradGuard no_grad;
+        entries_[k] = std::make_shared<ReferenceEntries>(model_->config().n_layers);
+        const at::Tensor x = at::tensor(row.seq, at::kLong).unsqueeze(0).to(model_->emb->weight.device());  // (1, L)
+        model_->step(x, *entries_[k], 0);
+      }
+      entries_[k]->shift(op.keep, op.n);
+      row.seq.erase(row.seq.begin() + op.keep, row.seq.begin() + op.keep + op.n);
+      break;
+    }
+    case K::Save:
+      saved_.push_back({target_.save_row(ids_[k]), rows_[k],
+                        entries_[k] ? std::make_shared<ReferenceEntries>(entries_[k]->copy()) : nullptr});
+      break;
+    case K::Restore: {
+      const Saved& sv = saved_[static_cast<size_t>(op.n)];
+      ids_.push_back(target_.restore_row(sv.state));
+      rows_.push_back(sv.row);
+      entries_.push_back(sv.entries ? std::make_shared<ReferenceEntries>(sv.entries->copy()) : nullptr);
       break;
     }
   }
+  // The operation is in the history of every row it named or made.
+  if (op.kind == K::Admit || op.kind == K::Fork || op.kind == K::Restore) rows_.back().history.push_back(index);
+  if (op.kind != K::Admit && op.kind != K::Restore)
+    for (int64_t r : op.rows) rows_[static_cast<size_t>(r)].history.push_back(index);
   shape_.apply(op);
   script_.push_back(op);
 }
@@ -174,18 +265,21 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
   ChurnShape shape;
   shape.context = context;
   shape.max_live = max_live;
-  shape.past_window = ops.past_window;
+  shape.ops = ops;
   std::vector<ChurnOp> plan;
   using K = ChurnOp::Kind;
   for (int64_t tries = 0; static_cast<int64_t>(plan.size()) < n && tries < 100 * n; ++tries) {
     const std::vector<int64_t> live = shape.live_rows();
-    // Weights: admit, step, fork, truncate, release, extend.
+    // Weights: admit, step, fork, truncate, release, extend, shift, save, restore.
     const std::vector<double> w = {live.empty() ? 10.0 : live.size() < 3 ? 3.0 : 1.5, live.empty() ? 0.0 : 5.0,
-                                   ops.fork ? 1.0 : 0.0, ops.truncate ? 1.0 : 0.0, live.size() > 1 ? 1.5 : 0.3, ops.extend ? 1.0 : 0.0};
+                                   ops.fork ? 1.0 : 0.0, ops.truncate ? 1.0 : 0.0, live.size() > 1 ? 1.5 : 0.3, ops.extend ? 1.0 : 0.0,
+                                   ops.shift ? 0.8 : 0.0, ops.save ? 0.4 : 0.0, ops.save && !shape.saved.empty() ? 1.0 : 0.0};
     const auto kind = static_cast<K>(std::discrete_distribution<int>(w.begin(), w.end())(rng));
     ChurnOp op;
     op.kind = kind;
-    if (kind == K::Admit) {
+    if (kind == K::Restore) {
+      op.n = uniform(0, static_cast<int64_t>(shape.saved.size()) - 1);
+    } else if (kind == K::Admit) {
       // Mostly short prompts; some that end a few tokens before the window's edge, so a few steps
       // take their rows across it.
       op.n = uniform(0, 9) < 7 ? uniform(1, std::min<int64_t>(24, context)) : uniform(std::max<int64_t>(1, context - 24), std::max<int64_t>(1, context - 2));
@@ -195,10 +289,15 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
       for (int64_t r : live)
         if (uniform(0, 9) < 6) op.rows.push_back(r);
       if (op.rows.empty()) op.rows.push_back(live[uniform(0, static_cast<int64_t>(live.size()) - 1)]);
-      op.n = uniform(1, 8);
+      op.n = uniform(1, 4);
     } else {
       op.rows = {live[uniform(0, static_cast<int64_t>(live.size()) - 1)]};
       op.n = kind == K::Truncate ? uniform(1, 6) : kind == K::Extend ? uniform(2, 12) : 1;
+      if (kind == K::Shift) {  // keep a few (llama-server's n_keep), drop up to half of the rest
+        const int64_t next = shape.rows[static_cast<size_t>(op.rows[0])].next;
+        op.keep = uniform(0, 8);
+        op.n = uniform(1, std::max<int64_t>(1, (next - op.keep) / 2));
+      }
     }
     if (!shape.applicable(op)) continue;
     shape.apply(op);
@@ -210,30 +309,36 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
 ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance) {
   ChurnVerdict v;
   if (row.positions.empty()) return v;
-  std::vector<int64_t> full = row.seq;
-  full.push_back(0);  // the newest logits predict a token not fed yet: any id, it is never read
-  const auto dev = model->emb->weight.device();
-  const at::Tensor seq = at::tensor(full, at::kLong).unsqueeze(0).to(dev);          // (1, L + 1)
-  const StepReference ref = reference_for(model, seq, 1, seq.size(1) - 1);           // band: (1, L, V), index = position
-  const at::Tensor idx = at::tensor(row.positions, at::kLong).to(ref.band.device());  // (m)
-  const at::Tensor diff = (at::stack(row.logits, 0) - ref.band[0].index_select(0, idx).to(at::kCPU)).abs().amax(1);  // (m)
+  // What was shown while the row was a plain sequence, against the band reference of it; the rest
+  // against the reference's shifted entries, as recorded.
+  std::vector<int64_t> pending;
+  for (size_t i = 0; i < row.positions.size(); ++i)
+    if (!row.expected[i].defined()) pending.push_back(row.positions[i]);
+  const at::Tensor band = pending.empty() ? at::Tensor() : sequence_reference(model, row.seq, pending);  // (m, V)
+  std::vector<at::Tensor> want;
+  int64_t j = 0;
+  for (size_t i = 0; i < row.positions.size(); ++i) want.push_back(row.expected[i].defined() ? row.expected[i] : band[j++]);
+  const at::Tensor diff = (at::stack(row.logits, 0) - at::stack(want, 0)).abs().amax(1);  // (shown)
   v.worst = diff.max().item<double>();
   for (size_t i = 0; i < row.positions.size(); ++i) {
     const double d = diff[static_cast<int64_t>(i)].item<double>();
-    if (!(d <= tolerance) && (v.first_over < 0 || row.positions[i] < v.first_over)) v.first_over = row.positions[i], v.diff_there = d;
+    if (std::isnan(d)) v.worst = INFINITY;
+    if (!(d <= tolerance) && v.index < 0) v.first_over = row.positions[i], v.index = static_cast<int64_t>(i), v.diff_there = d;
   }
   return v;
 }
 
 void churn_check(CheckContext& c, CheckResult& r) {
-  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  const int64_t ctx = c.model->config().context;
   ChurnOps ops;
   ops.fork = c.target.serving_unsupported("fork").empty();
   ops.truncate = c.target.serving_unsupported("truncate").empty();
   ops.extend = c.target.serving_unsupported("extend").empty();
+  ops.shift = c.target.serving_unsupported("shift").empty();
+  ops.save = c.target.serving_unsupported("save").empty();
   ops.past_window = c.opts.past_window;
   const std::vector<ChurnOp> plan = churn_plan(kChurnSeed, c.opts.serving_tokens > 0 ? kChurnShortOps : kChurnOps, ctx, kChurnLive, ops);
-  ChurnRun run(c.target, V, ctx, kChurnLive, ops.past_window);
+  ChurnRun run(c.target, c.model, kChurnLive, ops);
   // A target that shows wrong logits may also refuse a later operation (a row it has put at the
   // wrong position, say): what it showed before is judged first, then the refusal is the error.
   std::string refused;
@@ -252,28 +357,38 @@ void churn_check(CheckContext& c, CheckResult& r) {
     shown += static_cast<int64_t>(row.positions.size());
     past += std::count_if(row.positions.begin(), row.positions.end(), [&](int64_t p) { return p >= ctx; });
     if (v.first_over < 0) continue;
-    const auto at = std::find(row.positions.begin(), row.positions.end(), v.first_over) - row.positions.begin();
-    const int64_t op = row.shown_by[static_cast<size_t>(at)];
+    const int64_t op = row.shown_by[static_cast<size_t>(v.index)];
+    // The row's own history up to there (its parent's or saved row's included), the last 8 of it.
+    std::vector<int64_t> mine;
+    for (int64_t i : row.history)
+      if (i < op) mine.push_back(i);
     std::string before;
-    for (int64_t i = std::max<int64_t>(0, op - 4); i < op; ++i) before += "`" + to_string(plan[i]) + "`, ";
+    for (size_t i = mine.size() > 8 ? mine.size() - 8 : 0; i < mine.size(); ++i)
+      before += std::to_string(mine[i] + 1) + " `" + to_string(plan[static_cast<size_t>(mine[i])]) + "`, ";
+    // And the operations just before it, whichever rows they named (a fork's child shares cells).
+    std::string just;
+    for (int64_t i = std::max<int64_t>(0, op - 3); i < op; ++i) just += std::to_string(i + 1) + " `" + to_string(plan[static_cast<size_t>(i)]) + "`, ";
     r.figure = v.diff_there;
     return set_result(r, false, "row " + std::to_string(k) + " vs its sequence alone: position " + std::to_string(v.first_over) +
                                     " off by " + sci(v.diff_there) + " > " + sci(c.tol().logits) + ", shown by operation " +
                                     std::to_string(op + 1) + " of " + std::to_string(plan.size()) + " (`" + to_string(plan[op]) +
-                                    "`, after " + before + "...; plan seed " + std::to_string(kChurnSeed) + ")" +
+                                    "`; the row's history before it: " + (mine.size() > 8 ? "..., " : "") + before + "the last operations before it: " + just + "plan seed " + std::to_string(kChurnSeed) + ")" +
                                     (refused.empty() ? "" : "; then " + refused));
   }
   if (!refused.empty()) throw std::runtime_error("churn: " + refused);
-  int64_t count[6] = {0, 0, 0, 0, 0, 0};
+  int64_t count[ChurnOp::kKinds] = {};
   for (const ChurnOp& op : plan) ++count[static_cast<int>(op.kind)];
   r.figure = worst;
   std::string skipped;
   if (!ops.fork) skipped += " fork";
   if (!ops.truncate) skipped += " truncate";
   if (!ops.extend) skipped += " extend";
+  if (!ops.shift) skipped += " shift";
+  if (!ops.save) skipped += " save";
   set_result(r, true, std::to_string(plan.size()) + " operations (" + std::to_string(count[0]) + " admissions, " + std::to_string(count[1]) +
                           " step runs, " + std::to_string(count[2]) + " forks, " + std::to_string(count[3]) + " rollbacks, " +
-                          std::to_string(count[4]) + " releases, " + std::to_string(count[5]) + " extensions; seed " + std::to_string(kChurnSeed) +
+                          std::to_string(count[4]) + " releases, " + std::to_string(count[5]) + " extensions, " + std::to_string(count[6]) + " shifts, " +
+                          std::to_string(count[7]) + " saves, " + std::to_string(count[8]) + " restores; seed " + std::to_string(kChurnSeed) +
                           (skipped.empty() ? "" : "; the target lacks" + skipped) + "): " + std::to_string(run.rows().size()) +
                           " rows equal their sequences alone at " + std::to_string(shown) + " positions, " + std::to_string(past) +
                           " past the window (worst |diff| " + sci(worst) + ")");

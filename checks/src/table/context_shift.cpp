@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "reference_entries.h"
 #include "rows.h"
 #include "tinygpt/gpt.h"
 
@@ -25,45 +26,6 @@ namespace {
 constexpr int64_t kKeep = 4;     // entries kept at the start (llama-server's n_keep; the attention sink)
 constexpr int64_t kShifts = 3;   // shifts in a row
 constexpr int64_t kSteps = 32;   // decode steps after each shift (fewer on a small context)
-
-// The reference's entries: per layer K and V (1, H, S, hd), appended to and never trimmed (the row
-// stays inside the window), and shifted by hand. Holds what the model's own forward computed.
-class Entries final : public KVCache {
- public:
-  explicit Entries(int64_t layers) : k_(static_cast<size_t>(layers)), v_(static_cast<size_t>(layers)) {}
-  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
-    auto& K = k_.at(static_cast<size_t>(l));
-    auto& V = v_.at(static_cast<size_t>(l));
-    K = K.defined() ? at::cat({K, k}, 2) : k.clone();
-    V = V.defined() ? at::cat({V, v}, 2) : v.clone();
-    return {K, V};
-  }
-  void reset() override {
-    for (auto& t : k_) t = at::Tensor();
-    for (auto& t : v_) t = at::Tensor();
-  }
-  int64_t length() const override { return k_[0].defined() ? k_[0].size(2) : 0; }
-  int64_t bytes() const override { return 0; }
-  // Drops `discard` entries after the first `keep`; the later keys rotated by -discard positions:
-  // channel pairs (2j, 2j+1) by the angle -discard * 10000^(-2j/hd), in double precision.
-  void shift(int64_t keep, int64_t discard) {
-    for (size_t l = 0; l < k_.size(); ++l) {
-      const at::Tensor K = k_[l], V = v_[l];  // (1, H, S, hd)
-      const int64_t S = K.size(2), hd = K.size(3), later = S - keep - discard;
-      at::Tensor k2 = K.narrow(2, keep + discard, later).to(at::kDouble);
-      const auto f64 = at::TensorOptions().dtype(at::kDouble).device(K.device());
-      const at::Tensor angle = at::pow(10000.0, -at::arange(0, hd, 2, f64) / static_cast<double>(hd)) * static_cast<double>(-discard);
-      const at::Tensor c = angle.cos(), s = angle.sin();  // (hd/2)
-      const at::Tensor a = k2.slice(3, 0, hd, 2), b = k2.slice(3, 1, hd, 2);  // (1, H, later, hd/2)
-      k2 = at::stack({a * c - b * s, a * s + b * c}, -1).flatten(-2).to(K.scalar_type());  // (1, H, later, hd)
-      k_[l] = at::cat({K.narrow(2, 0, keep), k2}, 2);
-      v_[l] = at::cat({V.narrow(2, 0, keep), V.narrow(2, keep + discard, later)}, 2);
-    }
-  }
-
- private:
-  std::vector<at::Tensor> k_, v_;
-};
 
 struct Shift {
   int64_t at = 0;  // tokens the row had been fed when it was shifted
@@ -107,7 +69,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   // judged as it comes, so a fault shows at the shift that exposed it.
   at::NoGradGuard no_grad;
   const auto dev = c.opts.prompt.device();
-  Entries ref(cfg.n_layers);
+  ReferenceEntries ref(cfg.n_layers);
   c.model->step(at::tensor(fed, at::kLong).unsqueeze(0).to(dev), ref, 0);  // (1, ctx): the row's window
   int64_t pos = next;
   const double bound = c.tol().logits;

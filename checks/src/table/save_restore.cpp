@@ -3,11 +3,14 @@
 // have: into another slot while other rows run, after a reset, and after churn (rows admitted and
 // released around it); saved inside the window and past it, where a cache keeps fewer entries than
 // the row has tokens (the bugs engines have had: a fragmented cache saved in part, a restored row
-// that takes its position from its cache's length). Each continuation is compared with the saved
+// that takes its position from its cache's length); and, where the target has one, into a second
+// instance of it (an engine's second process: a state that refers to the saving process's memory
+// instead of carrying the entries fails there). Each continuation is compared with the saved
 // row's own logits at the same steps, and the saved row with the reference.
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <memory>
 
 #include "rows.h"
 
@@ -58,8 +61,8 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   const RowRun& saved = runs[0];
   const double bound = c.tol().logits;
   double parted = 0;  // the largest |diff| of a restored row from the saved one
-  auto judge = [&](int64_t row, size_t k, const std::string& how) {
-    const auto [d, over] = continue_as(c.target, row, saved, at[k], bound);
+  auto judge_on = [&](DecodeTarget& t, int64_t row, size_t k, const std::string& how) {
+    const auto [d, over] = continue_as(t, row, saved, at[k], bound);
     parted = std::max(parted, d);
     if (over < 0) return true;
     set_result(r, false, "restored " + how + " (saved after " + std::to_string(at[k]) + " steps, " +
@@ -68,6 +71,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
     r.figure = d;
     return false;
   };
+  auto judge = [&](int64_t row, size_t k, const std::string& how) { return judge_on(c.target, row, k, how); };
   // Into another slot, while the saved row and its neighbour are still live.
   for (size_t k = 0; k < states.size(); ++k) {
     const int64_t row = c.target.restore_row(states[k]);
@@ -89,12 +93,30 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
     c.target.release_row(rows[1]);
     if (!judge(c.target.restore_row(states[k]), k, "after churn")) return;
   }
+  // Into a second instance of the target (an engine: a new process, a fresh context): a state must
+  // carry everything, not refer to the memory of the process that saved it.
+  const std::unique_ptr<DecodeTarget> second = c.target.second_instance();
+  if (second)
+    for (size_t k = 0; k < states.size(); ++k) {
+      second->reset();
+      int64_t row = -1;
+      try {
+        row = second->restore_row(states[k]);
+      } catch (const std::exception& e) {
+        set_result(r, false, "restored into a second instance (saved after " + std::to_string(at[k]) +
+                                 " steps): the restore failed: " + e.what());
+        return;
+      }
+      if (!judge_on(*second, row, k, "into a second instance")) return;
+    }
   r.figure = std::max(worst, parted);
   r.stats["restored_vs_saved"] = parted;
   std::string when = "after " + std::to_string(at[0]) + " steps";
   if (at.size() > 1) when += " and after " + std::to_string(at[1]) + " (past the window)";
   else when += c.opts.past_window ? " (not past the window in a shortened run)" : " (not past the window: --no-past-window)";
-  set_result(r, true, "saved " + when + ", restored beside live rows, after a reset and after churn: each continues " +
+  set_result(r, true, "saved " + when + ", restored beside live rows, after a reset, after churn" +
+                          (second ? std::string(" and into a second instance") : std::string(" (no second instance of the target)")) +
+                          ": each continues " +
                           std::to_string(kAfter) + " steps as the saved row did (largest |diff| " + sci(parted) +
                           "); the saved row equals its sequence alone (worst |diff| " + sci(worst) + ")");
 }

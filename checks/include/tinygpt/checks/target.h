@@ -96,6 +96,10 @@ class DecodeTarget {
   // first `keep` of `row` and renumbers the later ones down by `discard`, their keys re-rotated to
   // their new positions; the row's next position moves down by `discard`.
   virtual void shift_row(int64_t row, int64_t keep, int64_t discard);
+  // A second instance of the same target, sharing nothing with this one but the model it loads (an
+  // engine: a new process, so a saved state restores into a fresh context); nullptr where there is
+  // none. `save-restore` restores its states there too.
+  virtual std::unique_ptr<DecodeTarget> second_instance() const { return nullptr; }
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -132,6 +136,7 @@ class ModelTarget final : public DecodeTarget {
   std::string save_row(int64_t row) override;  // RowBatch::save as bytes (serving.h's to_bytes)
   int64_t restore_row(const std::string& state) override;
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;  // RowBatch::shift
+  std::unique_ptr<DecodeTarget> second_instance() const override;      // a ModelTarget of its own
 
  private:
   RowBatch& rows();
