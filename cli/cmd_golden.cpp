@@ -131,6 +131,7 @@ Command add_verify(CLI::App& app) {
     std::vector<std::string> checks;
     bool require_batch_invariance = false;
     bool require_thread_invariance = false;
+    bool full_matrix = false;
     ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
@@ -155,6 +156,9 @@ Command add_verify(CLI::App& app) {
                   "lists them); each fault runs the selected rows among its own, and a fault none of whose catching\n"
                   "rows is selected is left out of the matrix")
       ->delimiter(',');
+  cmd->add_flag("--full-matrix", o->full_matrix,
+                "run each fault through every row of its set, to see which other rows catch it too (about 3x the\n"
+                "matrix's time); default: the rows that must catch it (what the verdict gates on) and tokens");
   cmd->add_flag("--require-batch-invariance", o->require_batch_invariance,
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
   cmd->add_flag("--require-thread-invariance", o->require_thread_invariance,
@@ -169,6 +173,7 @@ Command add_verify(CLI::App& app) {
             vo.device = dev;
             vo.tokens = o->tokens;
             vo.checks = o->checks;
+            vo.full_matrix = o->full_matrix;
             vo.require_batch_invariance = o->require_batch_invariance;
             vo.require_thread_invariance = o->require_thread_invariance;
             if (o->faults != "all") {  // named faults are checked before the run too

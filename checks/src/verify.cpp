@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "tinygpt/checks/check_names.h"
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/laws/selfcheck.h"
 
@@ -101,6 +102,21 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     }
     for (const auto& v : narrowed) kept.push_back(&v);
     faults = kept;
+  }
+  // Without --full-matrix each fault runs the rows that must catch it and the shared greedy run.
+  std::vector<CacheVariant> gating;
+  if (!o.full_matrix) {
+    gating.reserve(faults.size());
+    for (const CacheVariant* f : faults) {
+      CacheVariant v = *f;
+      const auto own = f->checks.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : f->checks;
+      v.checks.clear();
+      for (const auto& n : own)
+        if (n == check::kTokens || std::find(f->expected.begin(), f->expected.end(), n) != f->expected.end()) v.checks.push_back(n);
+      gating.push_back(std::move(v));
+    }
+    faults.clear();
+    for (const auto& v : gating) faults.push_back(&v);
   }
   rep.goldens_found = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
   const auto production = cache_registry().all(/*faults=*/false);

@@ -31,6 +31,10 @@ struct VerifyOptions {
   // the selected rows among its own; one whose catching rows are all left out is left out with them.
   // std::invalid_argument naming a name that is not such a row.
   std::vector<std::string> checks;
+  // Each fault through every row of its own set (the cross-coverage matrix: which other rows also
+  // catch it; about three times the matrix's time). Default: through the rows that must catch it and
+  // `tokens` (the greedy run the others share), which is what the verdict gates on.
+  bool full_matrix = false;
   std::function<void(const std::string&)> progress;  // one line at a time; may be called from several threads
 };
 
