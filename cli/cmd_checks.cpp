@@ -92,7 +92,8 @@ Command add_equivalence(CLI::App& app) {
             for (const auto& n : *names) checks::find_check(n);  // an unknown name is bad input, before the run
             const auto ref = checks::build_reference(model, opts);
             checks::ModelTarget target(model, variant);
-            const auto r = checks::run_checks(model, opts, target, *names, &ref);
+            // A low-precision cache is judged by its KL budget (the variant's kv_budget).
+            const auto r = checks::run_checks(model, checks::judged_as(opts, variant), target, *names, &ref);
             std::cout << checks::format_equivalence(r);
             if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(r), dev));
             if (o->report.any()) {

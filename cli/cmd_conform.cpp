@@ -56,6 +56,9 @@ Command add_conform(CLI::App& app) {
       ->check(kPositive);
   cmd->add_option("--min-top1", o->min_top1, "with or instead of --max-kl: the least share of steps whose argmax agrees")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--kv-type", c.kv_type,
+                  "the engine's KV cache type, sent in load as \"kv_type\" (f16, q8_0, q4_0, K/V apart as q8_0/f16: what its\n"
+                  "hello lists in \"kv_types\"); judge a low-precision cache with --max-kl (docs/engines.md has the figures)");
   cmd->add_flag("--no-past-window", c.no_past_window,
                 "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
   cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,

@@ -9,6 +9,15 @@
 namespace tinygpt::checks {
 
 namespace {
+// The exact caches and their faults, then the low-precision ones (judged by a KL budget).
+std::vector<const CacheVariant*> every_variant(bool faults) {
+  auto v = cache_registry().all(faults);
+  for (const auto* b : cache_registry().budgeted(faults)) v.push_back(b);
+  return v;
+}
+}  // namespace
+
+namespace {
 
 std::string joined(const std::vector<std::string>& v, const std::string& sep = ", ") {
   std::string s;
@@ -44,7 +53,7 @@ nlohmann::json catalogue_json() {
                       {"tags", tag_names(c.tags)}, {"cost", cost_name(c.cost)}, {"operation", c.op}});
   for (const auto& c : sampler_checks())
     sampler.push_back({{"name", c.name}, {"states", c.proves}, {"needs_scores", c.is(Tag::NeedsScores)}});
-  for (const auto* v : cache_registry().all(/*faults=*/true))
+  for (const auto* v : every_variant(/*faults=*/true))
     faults.push_back({{"name", v->name}, {"models", v->description}, {"expected", v->expected}, {"runs", runs_of(*v)}});
   for (const auto& d : known_deviations())
     devs.push_back({{"name", d.name}, {"what", d.what}, {"touches", d.touched()},
@@ -52,7 +61,7 @@ nlohmann::json catalogue_json() {
                     {"self_tolerance", d.self_tolerance ? nlohmann::json(*d.self_tolerance) : nlohmann::json(nullptr)},
                     {"evidence", d.evidence}});
   nlohmann::json caches = nlohmann::json::array();
-  for (const auto* v : cache_registry().all(/*faults=*/false)) caches.push_back({{"name", v->name}, {"what", v->description}});
+  for (const auto* v : every_variant(/*faults=*/false)) caches.push_back({{"name", v->name}, {"what", v->description}});
   return {{"checks", checks}, {"sampler", sampler}, {"faults", faults}, {"deviations", devs}, {"caches", caches}};
 }
 
@@ -66,9 +75,10 @@ std::string catalogue_markdown() {
   m << "\n### The faults\n\nEach fault runs the checks in its last column; the matrix fails when a check in \"must be "
        "caught by\" misses it.\n\n| fault | models | must be caught by | its run |\n| --- | --- | --- | --- |\n";
   const std::vector<std::string> default_set = model_checks_with(static_cast<Tags>(Tag::Default));
-  for (const auto* v : cache_registry().all(/*faults=*/true)) {
+  for (const auto* v : every_variant(/*faults=*/true)) {
     const auto runs = runs_of(*v);
-    m << "| `" << v->name << "` | " << cell(v->description) << " | " << code_list(v->expected) << " | "
+    m << "| `" << v->name << "` | " << cell(v->description) << " | " << code_list(v->expected)
+      << (v->kv_budget ? " (by mean KL > " + sci(*v->kv_budget) + ")" : std::string()) << " | "
       << (runs == default_set ? std::string("the default set") : code_list(runs)) << " |\n";
   }
   m << "\n### The deviations an engine may declare\n\n| deviation | what | rows it touches | judged at |\n"
@@ -94,7 +104,7 @@ std::string catalogue_text() {
     s << "  " << (c.is(Tag::Default) ? "* " : "  ") << c.name << std::string(w + 2 - c.name.size(), ' ') << c.proves << "\n";
   s << "sampler rows: " << sampler_checks().size() << " (sampler/<law>; `tinygpt checks --markdown` lists them)\n";
   s << "faults:\n";
-  for (const auto* v : cache_registry().all(/*faults=*/true))
+  for (const auto* v : every_variant(/*faults=*/true))
     s << "  " << v->name << ": " << v->description << " (must be caught by " << joined(v->expected) << ")\n";
   s << "deviations an engine may declare: " << deviation_names() << "\n";
   return s.str();

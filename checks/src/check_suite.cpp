@@ -254,12 +254,18 @@ EquivalenceResult run_checks(GPT& model, const EquivalenceOptions& opts, DecodeT
   return r;
 }
 
+EquivalenceOptions judged_as(const EquivalenceOptions& opts, const CacheVariant& variant) {
+  EquivalenceOptions o = opts;
+  if (variant.kv_budget && !o.tolerance.max_kl && !o.tolerance.min_top1) o.tolerance.max_kl = variant.kv_budget;
+  return o;
+}
+
 EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, const Reference& ref,
                                     const CacheVariant& variant) {
   // One target (one cache object) for every check, as a server holds one: the production loop
   // starts each sequence itself (its schedule resets the cache), which the reset check verifies.
   ModelTarget target(model, variant);
-  return run_checks(model, opts, target, {}, &ref);
+  return run_checks(model, judged_as(opts, variant), target, {}, &ref);
 }
 
 std::string format_equivalence(const EquivalenceResult& r) {

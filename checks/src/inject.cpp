@@ -108,7 +108,7 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
     }
     const CacheVariant* v = faults[i - controls.size()];
     ModelTarget target(model, *v);
-    results[i] = run_checks(model, fopts, target, v->checks, &fref);
+    results[i] = run_checks(model, judged_as(fopts, *v), target, v->checks, &fref);
     say("fault " + std::to_string(++faults_done) + "/" + std::to_string(faults.size()) + " checked: " + v->name);
   });
 

@@ -108,6 +108,7 @@ nlohmann::json to_json(const ConformReport& r, bool past_window) {
   doc["engine"] = r.engine_name;
   doc["command"] = r.command;
   doc["protocol"] = r.protocol;
+  if (!r.kv_type.empty()) doc["kv_type"] = r.kv_type;
   doc["checkpoint"] = r.checkpoint;
   doc["passed"] = r.passed();
   doc["tolerance"] = r.model.tolerance;

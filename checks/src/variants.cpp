@@ -7,6 +7,7 @@
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/fused_step.h"
 #include "tinygpt/graph_step.h"
+#include "tinygpt/int8_kv_cache.h"
 #include "tinygpt/ring_kv_cache.h"
 #include "tinygpt/static_kv_cache.h"
 
@@ -39,6 +40,14 @@ CacheRegistry& cache_registry() {
       graph.make_step = [](KVCache& cache) { return std::make_unique<GraphStep>(static_cast<RingKVCache&>(cache)); };
       r.add(std::move(graph));
     }
+    CacheVariant int8;
+    int8.name = "int8";
+    int8.description = "keys and values stored as int8, one absmax scale per token per head for K and for V, "
+                       "dequantized for attention; judged by its KL budget";
+    int8.make_cache = [](const Config& c) { return std::make_unique<Int8KVCache>(c); };
+    int8.kernels = Kernels::Decode;
+    int8.kv_budget = kInt8KvBudget;
+    r.add(std::move(int8));
     register_faults(r);
     return reg;
   }();

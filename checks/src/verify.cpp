@@ -42,6 +42,34 @@ CheckResult matrix_row(const InjectionReport& rep) {
   return r;
 }
 
+// A low-precision cache's row: its verdict by the budget, the largest mean KL of its rows and where.
+CheckResult budget_row(const EquivalenceResult& e, const CacheVariant& v) {
+  CheckResult r;
+  r.name = "kv-budget [" + v.name + "]";
+  r.status = worst(e.checks);
+  double kl = 0, kl_max = 0, top1 = 1;
+  std::string where, names;
+  for (const auto& c : e.checks) {
+    r.seconds += c.seconds;
+    names += (names.empty() ? "" : ", ") + c.name;
+    auto at = [&](const char* k) { const auto it = c.stats.find(k); return it == c.stats.end() ? -1.0 : it->second; };
+    if (at("kl_mean") > kl) kl = at("kl_mean"), where = c.name;
+    kl_max = std::max(kl_max, at("kl_max"));
+    if (at("top1_agreement") >= 0) top1 = std::min(top1, at("top1_agreement"));
+  }
+  r.figure = kl;
+  char b[96];
+  std::snprintf(b, sizeof b, ", top-1 agreement %.1f%%", 100 * top1);
+  r.detail = "mean KL per step <= " + sci(*v.kv_budget) + " on " + names + ": largest " + sci(kl) + " (" + where +
+             "), worst single step " + sci(kl_max) + b;
+  for (const auto& c : e.checks)
+    if (!c.ok()) {
+      r.detail = c.name + ": " + c.detail;
+      break;
+    }
+  return r;
+}
+
 }  // namespace
 
 CheckResult summary_row(const EquivalenceResult& c, const std::string& name) {
@@ -71,6 +99,8 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   };
   VerifyReport rep;
   auto faults = o.faults ? *o.faults : cache_registry().all(/*faults=*/true);
+  if (!o.faults)  // the low-precision caches' faults too, each judged by its cache's budget
+    for (const CacheVariant* f : cache_registry().budgeted(/*faults=*/true)) faults.push_back(f);
   // The production caches run every row but the engine-only ones (self: our prefill is what
   // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
   const std::vector<std::string> every_row = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
@@ -156,8 +186,22 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   // Per production cache: the batch of three, then its goldens; run side by side as the fault
   // matrix's runs are (each its own cache and generators), rows kept in this order.
   const bool reuse = o.tokens == 600;  // the golden greedy run is the same uncached run
+  // And each low-precision cache: the logit rows at the main run's length, judged by its KL budget.
+  const auto budgeted = cache_registry().budgeted(/*faults=*/false);
+  std::vector<std::string> budget_names;
+  for (const char* n : kBudgetRows)
+    if (std::find(rows.begin(), rows.end(), n) != rows.end()) budget_names.push_back(n);
+  const size_t B = budget_names.empty() ? 0 : budgeted.size();
+  rep.budgeted.resize(B);
   std::vector<std::vector<CheckResult>> parts(2 * production.size());
-  run_in_parallel(parts.size(), default_workers(dev), [&](size_t i) {
+  run_in_parallel(parts.size() + B, default_workers(dev), [&](size_t i) {
+    if (i >= parts.size()) {
+      const CacheVariant* v = budgeted[i - parts.size()];
+      ModelTarget target(fx.model, *v);
+      rep.budgeted[i - parts.size()] = run_checks(fx.model, judged_as(opts, *v), target, budget_names, &ref);
+      say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
+      return;
+    }
     const CacheVariant* v = production[i / 2];
     if (i % 2 == 0) {
       parts[i].push_back(summary_row(check_equivalence(fx.model, bopts, bref, *v), "cache-equivalence [" + v->name + ", batch 3]"));
@@ -177,6 +221,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   });
   for (size_t k : {0, 1})  // every batch row first, then every golden row
     for (size_t i = k; i < parts.size(); i += 2) rep.rows.insert(rep.rows.end(), parts[i].begin(), parts[i].end());
+  for (size_t b = 0; b < B; ++b) rep.rows.push_back(budget_row(rep.budgeted[b], *budgeted[b]));
 
   say("sampler self-check");
   Timer t;

@@ -159,7 +159,17 @@ class Engine {
     if (!kExactGelu) dev.push_back("gelu-tanh");
     std::string name = std::string("llama.cpp v0.4.0") + (kExactGelu ? " with exact GELU" : " (prebuilt)");
     if (!fault_.empty()) name += " (fault " + fault_ + ")";
-    return {{"ok", true}, {"name", name}, {"formats", {"gguf"}}, {"deviations", dev}};
+    return {{"ok", true}, {"name", name}, {"formats", {"gguf"}}, {"deviations", dev}, {"kv_types", kv_type_names()}};
+  }
+
+  // The KV cache types `load` takes ("kv_type"): one type for K and V, or "K/V" apart.
+  static json kv_type_names() { return {"f32", "f16", "q8_0", "q4_0", "K/V of these (e.g. q8_0/f16)"}; }
+  static ggml_type kv_type(const std::string& n) {
+    if (n == "f32") return GGML_TYPE_F32;
+    if (n == "f16") return GGML_TYPE_F16;
+    if (n == "q8_0") return GGML_TYPE_Q8_0;
+    if (n == "q4_0") return GGML_TYPE_Q4_0;
+    throw std::runtime_error("unknown kv_type '" + n + "' (f32, f16, q8_0, q4_0, or K/V of these)");
   }
 
   void load(const json& req) {
@@ -186,9 +196,19 @@ class Engine {
     cp.n_threads = cp.n_threads_batch = 1;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = cp.type_v = fault_ == "f16-cache" ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    // "kv_type": the cache's K and V types. llama.cpp needs flash attention for a quantized V (its
+    // plain attention multiplies V as a matrix it cannot read quantized); it is turned on only then,
+    // since it changes the arithmetic of every row.
+    const std::string kv = req.value("kv_type", std::string());
+    if (!kv.empty()) {
+      const auto slash = kv.find('/');
+      cp.type_k = kv_type(kv.substr(0, slash));
+      cp.type_v = kv_type(slash == std::string::npos ? kv : kv.substr(slash + 1));
+      if (cp.type_v != GGML_TYPE_F32 && cp.type_v != GGML_TYPE_F16) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    }
     cp.no_perf = true;
     ctx_ = llama_init_from_model(model_, cp);
-    if (!ctx_) throw std::runtime_error("llama_init_from_model failed");
+    if (!ctx_) throw std::runtime_error("llama_init_from_model failed" + (kv.empty() ? std::string() : " with kv_type " + kv));
     n_vocab_ = llama_vocab_n_tokens(llama_model_get_vocab(model_));
     if (n_vocab_ <= 0) n_vocab_ = cfg.value("vocab_size", 4096);
     reset(true);

@@ -88,7 +88,7 @@ struct LoadedEngine::Impl {
 };
 
 LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkpoint, double timeout_s,
-                           const std::function<void(const std::string&)>& progress)
+                           const std::function<void(const std::string&)>& progress, const std::string& kv_type)
     : impl_(std::make_unique<Impl>()) {
   auto say = [&](const std::string& s) {
     if (progress) progress(s);
@@ -119,7 +119,21 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   export_model(m.ck, m.model, m.format, file);
   const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},
                        {"n_layers", cfg.n_layers}, {"context", cfg.context}};
-  json load = m.proc->call({{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}});
+  json request = {{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}};
+  if (!kv_type.empty()) {
+    // Each of K and V ("K/V") must be a type the engine lists.
+    std::vector<std::string> listed;
+    if (m.hello.contains("kv_types") && m.hello["kv_types"].is_array())
+      for (const auto& t : m.hello["kv_types"])
+        if (t.is_string()) listed.push_back(t.get<std::string>());
+    const auto slash = kv_type.find('/');
+    for (const std::string& part : {kv_type.substr(0, slash), slash == std::string::npos ? kv_type : kv_type.substr(slash + 1)})
+      if (std::find(listed.begin(), listed.end(), part) == listed.end())
+        throw std::invalid_argument("--kv-type " + kv_type + ": the engine has no KV cache type '" + part + "' (its hello's kv_types: " +
+                                    (listed.empty() ? std::string("none") : engine_json(m.hello["kv_types"])) + ")");
+    request["kv_type"] = kv_type;
+  }
+  json load = m.proc->call(request);
   if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + engine_text(load["error"].get<std::string>()));
   say("engine '" + m.name + "' loaded " + m.checkpoint + " as " + m.format);
 }
@@ -219,7 +233,8 @@ ConformReport run_conform(const ConformOptions& o) {
   rep.command = o.engine;
   const std::vector<std::string> names = conform_selection(o.groups);
   at::NoGradGuard no_grad;
-  LoadedEngine engine(o.engine, o.checkpoint, o.timeout_s, o.progress);
+  LoadedEngine engine(o.engine, o.checkpoint, o.timeout_s, o.progress, o.kv_type);
+  rep.kv_type = o.kv_type;
   rep.checkpoint = engine.checkpoint();
   rep.engine_name = engine.name();
   rep.format = engine.format();
@@ -230,7 +245,7 @@ ConformReport run_conform(const ConformOptions& o) {
   RemoteTarget target(proc, engine.hello(), cfg.vocab_size, cfg.context);
   // save-restore's fresh context: the same command started again, greeted and loaded the same way.
   target.set_spawn([&o, &cfg]() -> std::unique_ptr<DecodeTarget> {
-    auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s);
+    auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, o.kv_type);
     auto t = std::make_unique<RemoteTarget>(second->process(), second->hello(), cfg.vocab_size, cfg.context);
     t->own(second);
     return t;

@@ -58,6 +58,10 @@ bool within(CheckResult& r, const StepDiffs& d, const Tolerances& t, double tol)
   if (t.max_kl) {
     ok = ok && d.kl_mean() <= *t.max_kl;
     b = "mean KL <= " + sci(*t.max_kl);
+    // Where the drift starts: the first position whose own KL is past the budget.
+    const auto over = std::find_if(d.kl.begin(), d.kl.end(), [&](double k) { return !(k <= *t.max_kl); });
+    if (over != d.kl.end()) r.stats["first_kl_over"] = static_cast<double>(d.first_position + (over - d.kl.begin()));
+    else r.stats.erase("first_kl_over");
   }
   if (t.min_top1) {
     ok = ok && d.top1_agreement() >= *t.min_top1;

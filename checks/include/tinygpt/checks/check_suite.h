@@ -227,6 +227,9 @@ Reference build_reference(GPT& model, const EquivalenceOptions& opts);
 // Runs the named checks of either table (the default set of model checks when `names` is empty).
 EquivalenceResult run_checks(GPT& model, const EquivalenceOptions& opts, DecodeTarget& target,
                              const std::vector<std::string>& names = {}, const Reference* shared = nullptr);
+// The options a variant is judged by: a low-precision cache's (kv_budget) mean-KL budget unless the
+// options already set one.
+EquivalenceOptions judged_as(const EquivalenceOptions& opts, const CacheVariant& variant);
 // Our model through one cache variant, every model check: `tinygpt equivalence`, and each run of
 // the fault matrix.
 EquivalenceResult check_equivalence(GPT& model, const EquivalenceOptions& opts, const Reference& ref,

@@ -42,11 +42,14 @@ struct ConformOptions {
   bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
   // After a run with failing model rows: match them against the fault catalogue on our model (diagnose.h).
   bool diagnose = false;
+  // The engine's KV cache type, sent as load's "kv_type" (f16, q8_0, ...: names its hello lists in
+  // "kv_types"); empty: the engine's default. A name the engine does not list: std::invalid_argument.
+  std::string kv_type;
   std::function<void(const std::string&)> progress;
 };
 
 struct ConformReport {
-  std::string engine_name, command, checkpoint, format;
+  std::string engine_name, command, checkpoint, format, kv_type;
   int protocol = 1;
   std::vector<std::string> deviations;  // declared by the engine's hello
   std::vector<CheckResult> rows;
@@ -69,8 +72,9 @@ class EngineProcess;
 // destructor ends the engine and removes the written file.
 class LoadedEngine {
  public:
+  // kv_type: load's "kv_type" (empty: none sent); std::invalid_argument when hello's "kv_types" does not list it.
   LoadedEngine(const std::string& command, const std::string& checkpoint, double timeout_s,
-               const std::function<void(const std::string&)>& progress = {});
+               const std::function<void(const std::string&)>& progress = {}, const std::string& kv_type = "");
   ~LoadedEngine();
   LoadedEngine(const LoadedEngine&) = delete;
   LoadedEngine& operator=(const LoadedEngine&) = delete;

@@ -42,6 +42,7 @@ struct VerifyReport {
   std::string subject;              // the model checked, for reports
   std::vector<CheckResult> rows;    // the summary: one row per cache run, the matrix, goldens, sampler
   InjectionReport matrix;           // every fault's checks, drift and per-step differences
+  std::vector<EquivalenceResult> budgeted;  // each low-precision cache's logit rows, judged by its KL budget
   bool goldens_found = false;       // golden files were there for this model
   bool passed() const { return all_ok(rows); }
 };
