@@ -105,7 +105,6 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
   const std::vector<std::string> every_row = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
   std::vector<std::string> rows = every_row;
-  std::vector<CacheVariant> narrowed;  // the faults' variants with their runs cut to the selected rows
   if (!o.checks.empty()) {
     for (const auto& n : o.checks)
       if (std::find(every_row.begin(), every_row.end(), n) == every_row.end())
@@ -113,41 +112,32 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     rows.clear();  // in the table's order, whatever the order asked
     for (const auto& n : every_row)
       if (std::find(o.checks.begin(), o.checks.end(), n) != o.checks.end()) rows.push_back(n);
-    auto selected = [&](const std::string& n) { return std::find(rows.begin(), rows.end(), n) != rows.end(); };
-    narrowed.reserve(faults.size());
-    std::vector<const CacheVariant*> kept;
-    for (const CacheVariant* f : faults) {
-      if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {
-        say("fault " + f->name + " left out: none of the rows that must catch it (" + join_names(f->expected) + ") is selected");
-        continue;
-      }
-      CacheVariant v = *f;
-      const auto own = f->checks.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : f->checks;
-      v.checks.clear();
-      for (const auto& n : own)
-        if (selected(n)) v.checks.push_back(n);
-      v.expected.erase(std::remove_if(v.expected.begin(), v.expected.end(), [&](const std::string& n) { return !selected(n); }),
-                       v.expected.end());
-      narrowed.push_back(std::move(v));
-    }
-    for (const auto& v : narrowed) kept.push_back(&v);
-    faults = kept;
   }
-  // Without --full-matrix each fault runs the rows that must catch it and the shared greedy run.
-  std::vector<CacheVariant> gating;
-  if (!o.full_matrix) {
-    gating.reserve(faults.size());
-    for (const CacheVariant* f : faults) {
-      CacheVariant v = *f;
-      const auto own = f->checks.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : f->checks;
-      v.checks.clear();
-      for (const auto& n : own)
-        if (n == check::kTokens || std::find(f->expected.begin(), f->expected.end(), n) != f->expected.end()) v.checks.push_back(n);
-      gating.push_back(std::move(v));
+  auto selected = [&](const std::string& n) { return std::find(rows.begin(), rows.end(), n) != rows.end(); };
+  // Each fault's run cut to the selected rows and, without --full-matrix, to the rows that must
+  // catch it and the shared greedy run (`tokens`); a fault none of whose catching rows is selected
+  // is left out.
+  std::vector<CacheVariant> narrowed;
+  narrowed.reserve(faults.size());
+  for (const CacheVariant* f : faults) {
+    if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {
+      say("fault " + f->name + " left out: none of the rows that must catch it (" + join_names(f->expected) + ") is selected");
+      continue;
     }
-    faults.clear();
-    for (const auto& v : gating) faults.push_back(&v);
+    auto gates = [&](const std::string& n) {
+      return o.full_matrix || n == check::kTokens || std::find(f->expected.begin(), f->expected.end(), n) != f->expected.end();
+    };
+    CacheVariant v = *f;
+    const auto own = f->checks.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : f->checks;
+    v.checks.clear();
+    for (const auto& n : own)
+      if (selected(n) && gates(n)) v.checks.push_back(n);
+    v.expected.erase(std::remove_if(v.expected.begin(), v.expected.end(), [&](const std::string& n) { return !selected(n); }),
+                     v.expected.end());
+    narrowed.push_back(std::move(v));
   }
+  faults.clear();
+  for (const auto& v : narrowed) faults.push_back(&v);
   rep.goldens_found = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
   const auto production = cache_registry().all(/*faults=*/false);
   const int64_t vocab = fx.model->config().vocab_size;

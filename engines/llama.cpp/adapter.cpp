@@ -345,6 +345,19 @@ class Engine {
     return out;
   }
 
+  // Sequence `seq`'s cells as llama_state_seq_get_data gives them, and those bytes put into `seq`.
+  std::string seq_state(int seq) {
+    const size_t n = llama_state_seq_get_size(ctx_, seq);
+    std::string raw(n, '\0');
+    if (llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(raw.data()), n, seq) != n)
+      throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+    return raw;
+  }
+  void put_seq_state(const char* data, size_t n, int seq) {
+    if (llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(data), n, seq) == 0)
+      throw std::runtime_error("llama_state_seq_set_data refused the state");
+  }
+
   // The row's cells (llama_state_seq_get_data) with its position and prompt length, as base64.
   std::string save(int row) {
     checked_row(row);
@@ -356,12 +369,8 @@ class Engine {
       llama_memory_seq_rm(mem, kScratch, 0, std::max(0, pos_[row] - context_) + 16);
       from = kScratch;
     }
-    const size_t n = llama_state_seq_get_size(ctx_, from);
-    std::string raw(16 + n, '\0');
     const int32_t head[4] = {pos_[row], prompt_[row], 0, 0};
-    std::memcpy(raw.data(), head, sizeof head);
-    if (llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(raw.data()) + 16, n, from) != n)
-      throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+    const std::string raw = std::string(reinterpret_cast<const char*>(head), sizeof head) + seq_state(from);
     if (from == kScratch) llama_memory_seq_rm(llama_get_memory(ctx_), kScratch, -1, -1);
     return base64(raw);
   }
@@ -372,8 +381,7 @@ class Engine {
     int32_t head[4];
     std::memcpy(head, raw.data(), sizeof head);
     const int d = free_row();
-    if (llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(raw.data()) + 16, raw.size() - 16, d) == 0)
-      throw std::runtime_error("llama_state_seq_set_data refused the state");
+    put_seq_state(raw.data() + 16, raw.size() - 16, d);
     pos_[d] = head[0];
     prompt_[d] = head[1];
     live_[d] = true;
@@ -398,11 +406,9 @@ class Engine {
     // 0.29). So the row's cells are made its own first: its state copied out, its cells let go, the
     // state put back into fresh cells (llama_state_seq_*; the other sequences keep the old ones).
     if (fault_ != "shift-shares-cells") {  // planted: the shared cells move for every sequence
-      const size_t n = llama_state_seq_get_size(ctx_, row);
-      std::vector<uint8_t> own(n);
-      if (llama_state_seq_get_data(ctx_, own.data(), n, row) != n) throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+      const std::string own = seq_state(row);
       llama_memory_seq_rm(mem, row, -1, -1);
-      if (llama_state_seq_set_data(ctx_, own.data(), n, row) == 0) throw std::runtime_error("llama_state_seq_set_data refused the row's own state");
+      put_seq_state(own.data(), own.size(), row);
     }
     llama_memory_seq_rm(mem, row, keep, keep + discard);
     llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);  // nothing before the shift comes back

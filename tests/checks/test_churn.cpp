@@ -88,16 +88,7 @@ class Silent : public rc::detail::TestListener {
 };
 
 // The operations the variant's rows have (a cache that cannot give its entries has no save or shift).
-ChurnOps ops_of(GPT& model, const CacheVariant& v) {
-  ModelTarget t(model, v);
-  ChurnOps ops;
-  ops.fork = t.serving_unsupported("fork").empty();
-  ops.truncate = t.serving_unsupported("truncate").empty();
-  ops.extend = t.serving_unsupported("extend").empty();
-  ops.shift = t.serving_unsupported("shift").empty();
-  ops.save = t.serving_unsupported("save").empty();
-  return ops;
-}
+ChurnOps ops_of(GPT& model, const CacheVariant& v) { return churn_ops_of(ModelTarget(model, v)); }
 
 rc::detail::TestResult churn_property(GPT& model, const CacheVariant& v, int cases) {
   rc::detail::TestParams params;

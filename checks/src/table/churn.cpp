@@ -139,6 +139,19 @@ at::Tensor sequence_reference(GPT& model, const std::vector<int64_t>& seq, const
   return ref.band[0].index_select(0, at::tensor(positions, at::kLong).to(ref.band.device())).to(at::kCPU);  // (m, V)
 }
 
+// The reference of each logits `row` showed (V each): the recorded one where there is one (a shifted
+// row's), else the band reference of its sequence at that position.
+std::vector<at::Tensor> references_of(GPT& model, const ChurnRow& row) {
+  std::vector<int64_t> pending;
+  for (size_t i = 0; i < row.positions.size(); ++i)
+    if (!row.expected[i].defined()) pending.push_back(row.positions[i]);
+  const at::Tensor band = pending.empty() ? at::Tensor() : sequence_reference(model, row.seq, pending);  // (m, V)
+  std::vector<at::Tensor> want;
+  int64_t j = 0;
+  for (size_t i = 0; i < row.positions.size(); ++i) want.push_back(row.expected[i].defined() ? row.expected[i] : band[j++]);
+  return want;
+}
+
 }  // namespace
 
 void ChurnRun::apply(const ChurnOp& op) {
@@ -221,15 +234,7 @@ void ChurnRun::apply(const ChurnOp& op) {
       if (!entries_[k]) {
         // The row's first shift: what it showed so far is judged against its sequence alone now,
         // and its reference from here on is the model's own entries of one forward of it, shifted.
-        std::vector<int64_t> pending;
-        for (size_t i = 0; i < row.positions.size(); ++i)
-          if (!row.expected[i].defined()) pending.push_back(row.positions[i]);
-        if (!pending.empty()) {
-          const at::Tensor want = sequence_reference(model_, row.seq, pending);  // (m, V)
-          int64_t j = 0;
-          for (size_t i = 0; i < row.positions.size(); ++i)
-            if (!row.expected[i].defined()) row.expected[i] = want[j++];
-        }
+        row.expected = references_of(model_, row);
         at::NoGradGuard no_grad;
         entries_[k] = std::make_shared<ReferenceEntries>(model_->config().n_layers);
         const at::Tensor x = at::tensor(row.seq, at::kLong).unsqueeze(0).to(model_->emb->weight.device());  // (1, L)
@@ -311,13 +316,7 @@ ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance) {
   if (row.positions.empty()) return v;
   // What was shown while the row was a plain sequence, against the band reference of it; the rest
   // against the reference's shifted entries, as recorded.
-  std::vector<int64_t> pending;
-  for (size_t i = 0; i < row.positions.size(); ++i)
-    if (!row.expected[i].defined()) pending.push_back(row.positions[i]);
-  const at::Tensor band = pending.empty() ? at::Tensor() : sequence_reference(model, row.seq, pending);  // (m, V)
-  std::vector<at::Tensor> want;
-  int64_t j = 0;
-  for (size_t i = 0; i < row.positions.size(); ++i) want.push_back(row.expected[i].defined() ? row.expected[i] : band[j++]);
+  const std::vector<at::Tensor> want = references_of(model, row);
   const at::Tensor diff = (at::stack(row.logits, 0) - at::stack(want, 0)).abs().amax(1);  // (shown)
   v.worst = diff.max().item<double>();
   for (size_t i = 0; i < row.positions.size(); ++i) {
@@ -328,15 +327,20 @@ ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance) {
   return v;
 }
 
+ChurnOps churn_ops_of(const DecodeTarget& t, bool past_window) {
+  ChurnOps ops;
+  ops.fork = t.serving_unsupported("fork").empty();
+  ops.truncate = t.serving_unsupported("truncate").empty();
+  ops.extend = t.serving_unsupported("extend").empty();
+  ops.shift = t.serving_unsupported("shift").empty();
+  ops.save = t.serving_unsupported("save").empty();
+  ops.past_window = past_window;
+  return ops;
+}
+
 void churn_check(CheckContext& c, CheckResult& r) {
   const int64_t ctx = c.model->config().context;
-  ChurnOps ops;
-  ops.fork = c.target.serving_unsupported("fork").empty();
-  ops.truncate = c.target.serving_unsupported("truncate").empty();
-  ops.extend = c.target.serving_unsupported("extend").empty();
-  ops.shift = c.target.serving_unsupported("shift").empty();
-  ops.save = c.target.serving_unsupported("save").empty();
-  ops.past_window = c.opts.past_window;
+  const ChurnOps ops = churn_ops_of(c.target, c.opts.past_window);
   const std::vector<ChurnOp> plan = churn_plan(kChurnSeed, c.opts.serving_tokens > 0 ? kChurnShortOps : kChurnOps, ctx, kChurnLive, ops);
   ChurnRun run(c.target, c.model, kChurnLive, ops);
   // A target that shows wrong logits may also refuse a later operation (a row it has put at the

@@ -51,6 +51,9 @@ struct ChurnOps {
   bool past_window = true;
 };
 
+// The operations `t` has (serving_unsupported says which it lacks).
+ChurnOps churn_ops_of(const DecodeTarget& t, bool past_window = true);
+
 // What a churn run's rows are, without tensors: enough to say which operations apply (and for
 // RapidCheck's model of the run).
 struct ChurnShape {
