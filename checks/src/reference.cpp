@@ -7,6 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/checks/results.h"
 #include "tinygpt/generate.h"
 
@@ -105,19 +106,55 @@ Reference Reference::prefix(int64_t tokens) const {
 }
 
 Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens) {
+  return build_reference(model, prompt, tokens, at::Tensor(), 1);
+}
+
+Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int workers) {
   check_token_ids(prompt, model->config().vocab_size, "reference prompt");
   if (tokens < 1) throw std::invalid_argument("reference: tokens must be >= 1");
   at::NoGradGuard no_grad;
+  const int64_t T0 = prompt.size(1), ctx = model->config().context;
+  // The steps the guess lets run side by side: each step's logits (B, V), from the guessed windows.
+  std::vector<at::Tensor> ahead;
+  if (guess.defined() && workers > 1 && guess.dim() == 2 && guess.size(0) == prompt.size(0) && guess.size(1) == T0 + tokens &&
+      guess.narrow(1, 0, T0).to(prompt.device()).equal(prompt)) {
+    const at::Tensor g = guess.to(prompt.device());
+    ahead.resize(static_cast<size_t>(tokens));
+    const int64_t per = (tokens + workers - 1) / workers;  // contiguous spans: each worker's windows overlap
+    run_in_parallel(static_cast<size_t>(workers), workers, [&](size_t w) {
+      for (int64_t i = static_cast<int64_t>(w) * per; i < std::min(tokens, (static_cast<int64_t>(w) + 1) * per); ++i) {
+        const int64_t L = T0 + i, n = std::min(L, ctx);
+        ahead[static_cast<size_t>(i)] = model->forward_last(g.narrow(1, L - n, n));  // (B, V): generate_uncached's step
+      }
+    });
+  }
   Reference ref;
   std::vector<double> margins;
   Recorder keep;
-  ref.uncached = generate_uncached(model, prompt, tokens, greedy(), [&](int64_t i, const at::Tensor& l) {
+  at::Tensor seq = prompt;
+  int64_t done = 0;  // steps whose choice the guess had right
+  for (; done < static_cast<int64_t>(ahead.size()); ++done) {
+    const at::Tensor& l = ahead[static_cast<size_t>(done)];
+    const at::Tensor chosen = greedy()(l, seq).view({-1, 1}).to(seq.device());  // (B, 1)
     margins.push_back(top2_margin(l));
-    keep(i, l);
-  });
+    keep(done, l);
+    seq = at::cat({seq, chosen}, 1);
+    if (!chosen.equal(guess.narrow(1, T0 + done, 1).to(seq.device()))) {
+      ++done;
+      break;
+    }
+  }
+  if (done < tokens) {  // the rest one step after another, from where the guess parted (or from the start)
+    const at::Tensor rest = generate_uncached(model, seq, tokens - done, greedy(), [&](int64_t i, const at::Tensor& l) {
+      margins.push_back(top2_margin(l));
+      keep(done + i, l);
+    });
+    seq = rest;
+  }
+  ref.uncached = seq;                    // (B, T0 + tokens)
   ref.uncached_logits = keep.stacked();  // (B, tokens, V)
   ref.uncached_margin = at::tensor(margins, at::kDouble);
-  ref.steps = reference_for(model, ref.uncached, prompt.size(1), tokens);
+  ref.steps = reference_for(model, ref.uncached, T0, tokens);
   return ref;
 }
 

@@ -59,6 +59,16 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const Atte
   else policy.position(q, k, v, start);
   at::Tensor K = k, V = v;
   if (cache != nullptr) std::tie(K, V) = cache->update(layer, k, v);  // (B, H, S, hd)
+  if (!K.defined()) {  // rows of different lengths, each row's keys unpadded: each row attends alone
+    const auto rows = cache->rows_seen(layer);                          // B x (1, H, S_r, hd)
+    std::vector<at::Tensor> ys;
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& [Kb, Vb] = rows.at(static_cast<size_t>(b));
+      ys.push_back(attend(q.narrow(0, b, 1), Kb, Vb, policy.mask(T, Kb.size(2), q.options()), kernels));  // (1, H, T, hd)
+    }
+    const at::Tensor y = at::cat(ys, 0);  // (B, H, T, hd)
+    return project(y.transpose(1, 2).reshape({B, T, C}), out->weight, {}, kernels, residual);  // (B, T, d)
+  }
   at::Tensor mask = policy.mask(T, K.size(2), q.options());           // (T, S) or undefined
   if (cache != nullptr) {
     // Rows of different lengths: each row sees only its own keys, (B, 1, 1, S) added to (T, S).
@@ -208,6 +218,13 @@ at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start,
                          const AttentionPolicy& policy, Kernels kernels) {
   check_token_ids(idx, cfg_.vocab_size, "step");
   return step_unchecked(idx, cache, start, policy, kernels);
+}
+
+at::Tensor GPTImpl::step_every(const at::Tensor& idx, KVCache& cache, int64_t start) {
+  check_token_ids(idx, cfg_.vocab_size, "step");
+  if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
+  const at::Tensor x = run_blocks(emb->forward(idx), start, production_policy(), &cache, Kernels::Library);  // (B, T, d)
+  return head(x, Kernels::Library);                                                                       // (B, T, V)
 }
 
 at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,

@@ -29,12 +29,14 @@ const ServingSchedule& production_serving() {
 namespace {
 
 // The rows of one batched call as one cache: each row's new entries (its padding cut off) go to its
-// own cache, and the keys they return are assembled right-aligned into one padded (R, H, S, hd) batch,
-// with which of them each row may see.
+// own cache. For a one-token step (`unpadded`) of rows of different lengths, each row's keys are given
+// as they are (rows_seen) and each row attends to its own alone; otherwise the keys are assembled
+// right-aligned into one padded (R, H, S, hd) batch, with which of them each row may see.
 class RowsView final : public KVCache {
  public:
-  RowsView(std::vector<KVCache*> caches, std::vector<int64_t> pads, int64_t layers)
-      : caches_(std::move(caches)), pads_(std::move(pads)), masks_(static_cast<size_t>(layers)) {}
+  RowsView(std::vector<KVCache*> caches, std::vector<int64_t> pads, int64_t layers, bool unpadded)
+      : caches_(std::move(caches)), pads_(std::move(pads)), masks_(static_cast<size_t>(layers)),
+        rows_(static_cast<size_t>(layers)), unpadded_(unpadded) {}
 
   std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v) override {
     const int64_t R = k.size(0), T = k.size(2);
@@ -47,6 +49,12 @@ class RowsView final : public KVCache {
     }
     bool equal = true;
     for (const auto& kv : seen) equal = equal && kv.first.size(2) == S;
+    rows_[layer].clear();
+    if (!equal && unpadded_) {
+      masks_[layer] = at::Tensor();
+      rows_[layer] = std::move(seen);
+      return {};
+    }
     if (equal) {  // rows of one length: no padding to hide (and the decode kernels may take the step)
       masks_[layer] = at::Tensor();
       if (R == 1) return seen[0];
@@ -67,6 +75,7 @@ class RowsView final : public KVCache {
     return {K, V};
   }
   at::Tensor key_mask(int64_t layer) const override { return masks_.at(layer); }
+  std::vector<std::pair<at::Tensor, at::Tensor>> rows_seen(int64_t layer) const override { return rows_.at(layer); }
   void reset() override {}
   int64_t length() const override { return 0; }
   int64_t bytes() const override { return 0; }
@@ -75,6 +84,8 @@ class RowsView final : public KVCache {
   std::vector<KVCache*> caches_;
   std::vector<int64_t> pads_;
   std::vector<at::Tensor> masks_;  // per layer (R, S) bool
+  std::vector<std::vector<std::pair<at::Tensor, at::Tensor>>> rows_;  // per layer, per row (1, H, S_r, hd)
+  bool unpadded_;
 };
 
 }  // namespace
@@ -126,7 +137,7 @@ at::Tensor RowBatch::run(const std::vector<int64_t>& rows, const at::Tensor& ids
                          const std::vector<int64_t>& pads) {
   std::vector<KVCache*> caches;
   for (int64_t r : rows) caches.push_back(live(r).cache.get());
-  RowsView view(caches, pads, model_.config().n_layers);
+  RowsView view(caches, pads, model_.config().n_layers, /*unpadded=*/ids.size(1) == 1);
   at::NoGradGuard no_grad;
   return model_.step_at(ids, view, positions, *path_.policy, path_.kernels);  // (R, V)
 }

@@ -120,11 +120,26 @@ ChurnRun::ChurnRun(DecodeTarget& target, GPT& model, int64_t max_live, const Chu
 
 ChurnRun::~ChurnRun() = default;
 
-at::Tensor ChurnRun::reference_step(int64_t k, const std::vector<int64_t>& ids) {
+void ChurnRun::reference_feed(int64_t k, const std::vector<int64_t>& ids) {
+  Pending& p = pending_[static_cast<size_t>(k)];
+  p.ids.insert(p.ids.end(), ids.begin(), ids.end());
+  p.shown.emplace_back(static_cast<int64_t>(p.ids.size()) - 1, rows_[static_cast<size_t>(k)].expected.size() - 1);
+}
+
+void ChurnRun::settle(int64_t k) {
+  Pending& p = pending_[static_cast<size_t>(k)];
+  if (p.ids.empty()) return;
   at::NoGradGuard no_grad;
   ReferenceEntries& e = *entries_[static_cast<size_t>(k)];
-  const at::Tensor x = at::tensor(ids, at::kLong).unsqueeze(0).to(model_->emb->weight.device());  // (1, n)
-  return model_->step(x, e, e.length()).to(at::kCPU)[0];  // (V): at the newest position
+  const at::Tensor x = at::tensor(p.ids, at::kLong).unsqueeze(0).to(model_->emb->weight.device());  // (1, n)
+  const at::Tensor l = model_->step_every(x, e, e.length()).to(at::kCPU)[0];                      // (n, V)
+  for (const auto& [i, where] : p.shown) rows_[static_cast<size_t>(k)].expected[where] = l[i];
+  p = {};
+}
+
+const std::vector<ChurnRow>& ChurnRun::rows() {
+  for (size_t k = 0; k < rows_.size(); ++k) settle(static_cast<int64_t>(k));
+  return rows_;
 }
 
 namespace {
@@ -180,6 +195,7 @@ void ChurnRun::apply(const ChurnOp& op) {
       at::Tensor logits;
       ids_.push_back(target_.add_rows({rows_[row].seq}, logits)[0]);  // logits (1, V)
       entries_.push_back(nullptr);
+      pending_.emplace_back();
       show(row, logits[0]);
       break;
     }
@@ -194,16 +210,20 @@ void ChurnRun::apply(const ChurnOp& op) {
         const at::Tensor out = target_.step_rows(targets, ids).to(at::kCPU);  // (R, V)
         for (size_t i = 0; i < op.rows.size(); ++i) {
           const int64_t r = op.rows[i];
-          show(r, out[static_cast<int64_t>(i)], entries_[r] ? reference_step(r, {ids[i]}) : at::Tensor());
+          show(r, out[static_cast<int64_t>(i)]);
+          if (entries_[r]) reference_feed(r, {ids[i]});
         }
       }
       break;
     case K::Fork:
+      if (entries_[k]) settle(k);
       ids_.push_back(target_.fork_row(ids_[k]));
       rows_.push_back(rows_[k]);  // the child's history is its parent's
       entries_.push_back(entries_[k] ? std::make_shared<ReferenceEntries>(entries_[k]->copy()) : nullptr);
+      pending_.emplace_back();
       break;
     case K::Truncate: {
+      if (entries_[k]) settle(k);
       target_.truncate_row(ids_[k], op.n);
       ChurnRow& row = rows_[k];
       row.seq.resize(row.seq.size() - static_cast<size_t>(op.n));
@@ -225,10 +245,12 @@ void ChurnRun::apply(const ChurnOp& op) {
       std::vector<int64_t> chunk;
       for (int64_t i = 0; i < op.n; ++i) chunk.push_back(token(k)), rows_[k].seq.push_back(chunk.back());
       const at::Tensor got = target_.extend_row(ids_[k], chunk);  // (V)
-      show(k, got, entries_[k] ? reference_step(k, chunk) : at::Tensor());
+      show(k, got);
+      if (entries_[k]) reference_feed(k, chunk);
       break;
     }
     case K::Shift: {
+      if (entries_[k]) settle(k);
       target_.shift_row(ids_[k], op.keep, op.n);
       ChurnRow& row = rows_[k];
       if (!entries_[k]) {
@@ -245,6 +267,7 @@ void ChurnRun::apply(const ChurnOp& op) {
       break;
     }
     case K::Save:
+      if (entries_[k]) settle(k);
       saved_.push_back({target_.save_row(ids_[k]), rows_[k],
                         entries_[k] ? std::make_shared<ReferenceEntries>(entries_[k]->copy()) : nullptr});
       break;
@@ -253,6 +276,7 @@ void ChurnRun::apply(const ChurnOp& op) {
       ids_.push_back(target_.restore_row(sv.state));
       rows_.push_back(sv.row);
       entries_.push_back(sv.entries ? std::make_shared<ReferenceEntries>(sv.entries->copy()) : nullptr);
+      pending_.emplace_back();
       break;
     }
   }

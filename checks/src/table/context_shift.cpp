@@ -65,8 +65,9 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   };
 
   // The reference: the model's own entries of one forward of the row's tokens so far, shifted by hand
-  // as the row is and decoded by the model's reference step, fed what the row was fed. Each step is
-  // judged as it comes, so a fault shows at the shift that exposed it.
+  // as the row is and decoded by the model's reference step, fed what the row was fed (after each
+  // shift, the steps' ids in one chunk). The steps after each shift are judged before the next shift,
+  // so a fault shows at the shift that exposed it.
   at::NoGradGuard no_grad;
   const auto dev = c.opts.prompt.device();
   ReferenceEntries ref(cfg.n_layers);
@@ -84,10 +85,14 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
     next -= discard, pos -= discard;
     double w = 0;
     const std::vector<int64_t> ids = serving_prompt(steps, 2 + k, V);
+    std::vector<at::Tensor> gots;  // (V) each
+    for (int64_t j = 0; j < steps; ++j) gots.push_back(step(ids[static_cast<size_t>(j)]));
+    // The same ids through the reference's entries in one chunk: every position's logits.
+    const at::Tensor wants = c.model->step_every(at::tensor(ids, at::kLong).unsqueeze(0).to(dev), ref, pos).to(at::kCPU)[0];  // (steps, V)
     for (int64_t j = 0; j < steps; ++j) {
-      const at::Tensor got = step(ids[static_cast<size_t>(j)]);  // (V)
-      const at::Tensor id = at::tensor(std::vector<int64_t>{fed.back()}, at::kLong).unsqueeze(0).to(dev);  // (1, 1)
-      const at::Tensor want = c.model->step(id, ref, pos++).to(at::kCPU)[0];                             // (V)
+      const at::Tensor& got = gots[static_cast<size_t>(j)];
+      const at::Tensor want = wants[j];
+      ++pos;
       const double d = (got - want).abs().max().item<double>();
       w = std::max(w, std::isnan(d) ? INFINITY : d);
       if (!(d <= bound)) {

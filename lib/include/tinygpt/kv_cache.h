@@ -36,6 +36,11 @@ class KVCache {
   // Which of the keys the last update of `layer` returned each row may see: (B, S) bool, or undefined
   // when all of them. A batch of rows of different lengths (serving.h) marks each row's padding.
   virtual at::Tensor key_mask(int64_t layer) const { return at::Tensor(); }
+  // A cache standing for several rows may give each row's keys and values unpadded instead: then its
+  // update() returns undefined tensors and this gives, per row, (1, H, S_r, hd) of the last update of
+  // `layer`, each row's queries attending to its own alone (serving.h, for one-token steps of rows of
+  // different lengths: no padded copy, no mask, and the one-query kernel per row). Empty otherwise.
+  virtual std::vector<std::pair<at::Tensor, at::Tensor>> rows_seen(int64_t layer) const { return {}; }
 
   // --- Serving operations on one sequence (serving.h holds one cache per row) ---
   // Empty when fork and rollback work; else why not, for the checks to skip with.

@@ -102,7 +102,9 @@ class ChurnRun {
   const ChurnShape& shape() const { return shape_; }
   // Runs `op` on the target; throws std::logic_error when it is not applicable.
   void apply(const ChurnOp& op);
-  const std::vector<ChurnRow>& rows() const { return rows_; }
+  // Every row, with the reference logits of its shifted positions computed (those are fed to the
+  // reference's entries a chunk at a time, when the row's entries are next needed or here).
+  const std::vector<ChurnRow>& rows();
   // The rows whose logits the last operation showed.
   const std::vector<int64_t>& touched() const { return touched_; }
   const std::vector<ChurnOp>& script() const { return script_; }
@@ -113,8 +115,17 @@ class ChurnRun {
     ChurnRow row;
     std::shared_ptr<ReferenceEntries> entries;
   };
-  // The reference's logits (V) after feeding `ids` to row k's entries.
-  at::Tensor reference_step(int64_t k, const std::vector<int64_t>& ids);
+  // Feeds `ids` to row k's reference entries; `shown`: the row shows the logits of the last of them
+  // (its expected[] entry at the row's newest shown position is filled in by settle()).
+  void reference_feed(int64_t k, const std::vector<int64_t>& ids);
+  // Row k's fed ids through its entries in one chunk (the model's step over all of them, every
+  // position's logits), filling in the expected logits of the positions shown meanwhile.
+  void settle(int64_t k);
+  struct Pending {
+    std::vector<int64_t> ids;                          // fed to the entries since the last settle
+    std::vector<std::pair<int64_t, size_t>> shown;     // (index in ids, index in the row's expected)
+  };
+  std::vector<Pending> pending_;  // per row
   DecodeTarget& target_;
   GPT model_;
   int64_t vocab_;

@@ -56,6 +56,14 @@ struct Reference {
 };
 // prompt (B, T0) int64 (any length), `tokens` >= 1 greedy tokens.
 Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
+// The same reference, its uncached steps computed `workers` at a time: `guess` (B, T0 + tokens) is
+// the sequence the run is expected to choose (a golden run's), so every step's window is known before
+// the step before it has run. Each step is still the model's uncached forward of its window, and the
+// guess is only where the windows come from: every step's choice is checked against it, and from the
+// first step whose choice parts from the guess on the run continues one step after another. So the
+// result is the uncached loop's own whatever the guess; a right guess only makes it faster (the
+// uncached forwards of one run gain nothing from a second intra-op thread: docs/perf.md).
+Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int workers);
 
 // One run's logits against one reference, step by step, with the precision statistics an
 // approximate target is judged by (as llama.cpp's perplexity tool reports them for quantised models).
