@@ -58,7 +58,17 @@ Command add_conform(CLI::App& app) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--kv-type", c.kv_type,
                   "the engine's KV cache type, sent in load as \"kv_type\" (f16, q8_0, q4_0, K/V apart as q8_0/f16: what its\n"
-                  "hello lists in \"kv_types\"); judge a low-precision cache with --max-kl (docs/engines.md has the figures)");
+                  "hello lists in \"kv_types\"). Adds a kv-budget row: the teacher-forced run with this cache against the same\n"
+                  "engine with an f32 cache (and our model), judged by --kv-budget; the reports plot its KL per position");
+  cmd->add_option("--kv-budget", c.kv_budget,
+                  "the most mean KL(f32 cache || this type) per step a KV type may cost (default 3e-5: a budget is the user's\n"
+                  "decision; docs/checks.md, \"Low-precision caches\", has the figures)")
+      ->capture_default_str()->check(kPositive);
+  cmd->add_option("--kv-min-top1", c.kv_min_top1, "with --kv-budget: the least share of steps whose argmax equals the f32 cache's")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--kv-compare", c.kv_compare,
+                  "more KV types to cost the same way (f16,q8_0,q4_0: each a fresh engine, its own kv-budget row and plot)")
+      ->delimiter(',');
   cmd->add_flag("--no-past-window", c.no_past_window,
                 "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
   cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,
@@ -108,6 +118,7 @@ Command add_conform(CLI::App& app) {
               in.subject = "engine '" + rep.engine_name + "' (" + rep.command + ") on " + rep.checkpoint;
               in.rows = rep.rows;
               if (!rep.model.loop_band.diffs.empty()) in.single = &rep.model;
+              if (!rep.kv.empty()) in.kv = &rep.kv;
               in.provenance = report_provenance(c10::Device(c10::kCPU));
               in.context = rep.model.context;
               in.tolerance = rep.model.tolerance;

@@ -207,6 +207,7 @@ Command add_verify(CLI::App& app) {
               in.subject = rep.subject;
               in.rows = rep.rows;
               in.injection = &rep.matrix;
+              if (!rep.kv.empty()) in.kv = &rep.kv;
               in.bench = bench;
               in.provenance = report_provenance(dev);
               in.context = fx.model->config().context;

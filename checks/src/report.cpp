@@ -96,10 +96,37 @@ nlohmann::json to_json(const InjectionReport& r) {
           {"matrix", {{"checks", m.checks}, {"legend", kMatrixLegend}, {"rows", rows}}}};
 }
 
+namespace {
+
+// Each KV type's cost: its figures and, per step, the KL and top-1 against each reference.
+nlohmann::json kv_json(const std::vector<KvCost>& kv) {
+  auto per_position = [](const StepDiffs& d) {
+    std::vector<int> top1(d.top1.begin(), d.top1.end());
+    nlohmann::json j = to_json(d);
+    j["kl_p99"] = kl_p99(d);
+    j["per_step_kl"] = d.kl;
+    j["per_step_top1"] = top1;
+    j["first_top1_parting"] = opt(d.first_top1_parting);
+    return j;
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& k : kv) {
+    nlohmann::json j = {{"kv_type", k.kv_type}, {"baseline", k.baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.baseline)},
+                        {"budget", k.budget}, {"min_top1", k.min_top1}, {"passed", k.passed()},
+                        {"first_over_budget", opt(k.first_over_budget())}, {"vs_model", per_position(k.vs_model)}};
+    if (!k.baseline.empty()) j["vs_baseline"] = per_position(k.vs_baseline);
+    out.push_back(j);
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const VerifyReport& r) {
   nlohmann::json doc = to_json(r.rows);
   doc["subject"] = r.subject;
   doc["fault_matrix"] = to_json(r.matrix);
+  if (!r.kv.empty()) doc["kv_cost"] = kv_json(r.kv);
   return doc;
 }
 
@@ -120,6 +147,7 @@ nlohmann::json to_json(const ConformReport& r, bool past_window) {
   if (r.diagnosis.ran())
     doc["diagnosis"] = {{"failing", r.diagnosis.failing}, {"matches", r.diagnosis.matches}, {"closest", r.diagnosis.closest},
                         {"text", r.diagnosis.text}};
+  if (!r.kv.empty()) doc["kv_cost"] = kv_json(r.kv);
   return doc;
 }
 

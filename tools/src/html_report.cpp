@@ -44,7 +44,10 @@ constexpr double kLogLo = -8, kLogHi = 2;  // 1e-8 .. 1e2 logit units
 // A log-scale line plot of per-step logit differences against sequence position, with the
 // tolerance line and the window edge marked.
 std::string log_plot(const std::string& id, const std::string& title, const std::vector<Series>& series, int64_t context,
-                     double tol, int W, int H, bool full_axes, const std::string& subtitle = "") {
+                     double tol, int W, int H, bool full_axes, const std::string& subtitle = "",
+                     const std::string& y_label = "largest |logit difference| (logits, log scale)",
+                     const std::string& tol_label = "tolerance", const std::vector<int64_t>& marks = {},
+                     const std::string& marks_label = "") {
   // The subtitle on one line, or two split at a comma when it is long.
   std::vector<std::string> sub;
   if (!subtitle.empty()) {
@@ -52,7 +55,8 @@ std::string log_plot(const std::string& id, const std::string& title, const std:
     if (cut == std::string::npos) sub = {subtitle};
     else sub = {subtitle.substr(0, cut + 1), subtitle.substr(cut + 2)};
   }
-  const int L = full_axes ? 78 : 40, R = 12, T = full_axes ? 34 : 26 + 11 * static_cast<int>(sub.size()), B = full_axes ? 46 : 24;
+  const int L = full_axes ? 78 : 40, R = 12, B = full_axes ? 46 : 24;
+  const int T = (full_axes ? 34 : 26) + 11 * static_cast<int>(sub.size());
   int64_t x0 = INT64_MAX, x1 = 0;
   for (const auto& s : series) {
     if (s.y.empty()) continue;
@@ -86,7 +90,7 @@ std::string log_plot(const std::string& id, const std::string& title, const std:
   // tolerance and window edge
   s << "<line x1=\"" << L << "\" x2=\"" << W - R << "\" y1=\"" << Y(tol) << "\" y2=\"" << Y(tol)
     << "\" stroke=\"#555\" stroke-dasharray=\"3 3\"/><text x=\"" << W - R - 4 << "\" y=\"" << Y(tol) - 4
-    << "\" text-anchor=\"end\" class=\"tick\">tolerance " << num(tol) << "</text>\n";
+    << "\" text-anchor=\"end\" class=\"tick\">" << esc(tol_label) << " " << num(tol) << "</text>\n";
   if (context >= x0 && context <= x1)
     s << "<line x1=\"" << X(context) << "\" x2=\"" << X(context) << "\" y1=\"" << T << "\" y2=\"" << H - B
       << "\" stroke=\"#555\" stroke-dasharray=\"6 3\"/><text x=\"" << X(context) - 4 << "\" y=\"" << T + 12
@@ -100,11 +104,16 @@ std::string log_plot(const std::string& id, const std::string& title, const std:
       s << num(X(sr.first_position + static_cast<double>(i)), "%.1f") << "," << num(Y(sr.y[i]), "%.1f") << " ";
     s << "\"><title>" << esc(sr.label) << "</title></polyline>\n";
   }
+  // Marked positions (a KV type's top-1 partings): red ticks along the bottom of the plot.
+  for (int64_t m : marks)
+    s << "<line class=\"mark\" x1=\"" << num(X(static_cast<double>(m)), "%.1f") << "\" x2=\"" << num(X(static_cast<double>(m)), "%.1f")
+      << "\" y1=\"" << H - B - 10 << "\" y2=\"" << H - B << "\" stroke=\"#D55E00\" stroke-width=\"2\"><title>" << esc(marks_label) << " "
+      << m << "</title></line>\n";
   if (full_axes) {
     s << "<text x=\"" << (L + W - R) / 2 << "\" y=\"" << H - 8 << "\" text-anchor=\"middle\" class=\"axis\">"
       << "sequence position the step predicts from (tokens)</text>\n";
     s << "<text transform=\"translate(14," << (T + H - B) / 2 << ") rotate(-90)\" text-anchor=\"middle\" class=\"axis\">"
-      << "largest |logit difference| (logits, log scale)</text>\n";
+      << esc(y_label) << "</text>\n";
     // legend, on a white box in the band between the faults (above) and the noise (below)
     double ly = Y(1e-1);
     s << "<rect x=\"" << L + 4 << "\" y=\"" << ly - 12 << "\" width=\"470\" height=\"" << 16 * series.size() + 8
@@ -266,6 +275,42 @@ std::string drift_plots(const ReportInput& in) {
   return h.str();
 }
 
+// Each KV cache type's cost per position: KL against the same engine with an fp32 cache and against
+// our model, the budget line, the window edge, and a tick where the top-1 parts from the fp32-cache run.
+std::string kv_section(const ReportInput& in) {
+  std::ostringstream h;
+  h << "<h2>What each KV cache type costs, per position</h2>\n<p class=\"note\">The teacher-forced run (the reference's "
+       "sequence fed to every type) through the engine with each cache type: KL(baseline || type) per step against the same "
+       "target with an fp32 cache (solid: only the cache's precision differs) and against our fp32 model (dashed). The "
+       "dotted line is the budget the row is judged by; red ticks mark positions whose argmax parts from the baseline's. "
+       "Inside and past the window, so a drift that starts late is visible at a glance.</p>\n";
+  for (const auto& k : *in.kv) {
+    std::vector<Series> s;
+    if (!k.baseline.empty()) s.push_back({"vs the same target with an " + k.baseline + " cache", k.vs_baseline.first_position, k.vs_baseline.kl, kControl});
+    s.push_back({"vs our fp32 model", k.vs_model.first_position, k.vs_model.kl, kFaults[0]});
+    const checks::StepDiffs& d = k.judged();
+    std::vector<int64_t> parted;
+    for (size_t i = 0; i < d.top1.size(); ++i)
+      if (!d.top1[i]) parted.push_back(d.first_position + static_cast<int64_t>(i));
+    const std::string sub = std::string(k.passed() ? "PASS" : "FAIL") + ": mean KL " + num(d.kl_mean()) + ", p99 " + num(checks::kl_p99(d)) +
+                            ", max " + num(d.kl_max()) + ", top-1 " + num(100.0 * d.top1_agreement(), "%.1f") + "%";
+    h << log_plot("kv-" + k.kv_type, "KV cache " + k.kv_type + ": KL per step", s, in.context, k.budget, 1120, 300, true, sub,
+                  "KL per step (nats, log scale)", "budget", parted, "top-1 parts from the baseline at position");
+  }
+  h << "<table class=\"kv\">" << header_row({"KV type", "against", "mean KL", "p99 KL", "max KL", "top-1", "first parting", "worst |diff|", "verdict"});
+  for (const auto& k : *in.kv) {
+    auto row = [&](const std::string& against, const checks::StepDiffs& d, bool judged) {
+      h << "<tr>" << td(k.kv_type) << td(against) << td(num(d.kl_mean())) << td(num(checks::kl_p99(d))) << td(num(d.kl_max()))
+        << td(num(100.0 * d.top1_agreement(), "%.1f") + "%") << td(d.first_top1_parting ? std::to_string(*d.first_top1_parting) : "never")
+        << td(num(d.worst)) << (judged ? td(k.passed() ? "pass" : "fail", k.passed() ? "PASS" : "FAIL") : td("")) << "</tr>\n";
+    };
+    if (!k.baseline.empty()) row("same target, " + k.baseline + " cache", k.vs_baseline, true);
+    row("our fp32 model", k.vs_model, k.baseline.empty());
+  }
+  h << "</table>\n";
+  return h.str();
+}
+
 // Token drift against the seed's figures, then the detection matrix.
 std::string matrix_section(const InjectionReport& inj) {
   std::ostringstream h;
@@ -354,6 +399,7 @@ std::string render_html(const ReportInput& in) {
   h << "<div id=\"verdict\" class=\"verdict " << (t.failed ? "fail" : "pass") << "\">" << esc(verdict(in)) << "</div>\n";
   if (in.injection || in.single) h << drift_plots(in);
   if (in.injection && !in.injection->faults.empty()) h << matrix_section(*in.injection);
+  if (in.kv && !in.kv->empty()) h << kv_section(in);
   h << checks_section(in.rows) << bench_section(in.bench) << provenance_section(in) << "</body></html>\n";
   return h.str();
 }
@@ -377,6 +423,32 @@ std::string render_markdown(const ReportInput& in) {
       m << "| " << f.fault << " | " << drift_text(f) << (f.seed_drift ? " (" + std::to_string(*f.seed_drift) + ")" : "") << " |";
       for (const auto& c : fm.cells[i]) m << " " << cell_symbol(c) << " |";
       m << "\n";
+    }
+  }
+  if (in.kv && !in.kv->empty()) {
+    m << "\n**What each KV cache type costs, per position** (teacher-forced; KL(baseline || type) per step, mean over each span)\n";
+    for (const auto& k : *in.kv) {
+      const checks::StepDiffs& d = k.judged();
+      m << "\n`" << k.kv_type << "`: " << (k.passed() ? "PASS" : "FAIL") << ", mean KL " << num(d.kl_mean()) << " against "
+        << (k.baseline.empty() ? std::string("our fp32 model") : "the same target with an " + k.baseline + " cache") << " (budget "
+        << num(k.budget) << "), p99 " << num(checks::kl_p99(d)) << ", max " << num(d.kl_max()) << ", top-1 "
+        << num(100.0 * d.top1_agreement(), "%.1f") << "%, first parting "
+        << (d.first_top1_parting ? std::to_string(*d.first_top1_parting) : std::string("never")) << "\n\n| positions | mean KL | max KL | top-1 |"
+        << (k.baseline.empty() ? "" : " mean KL vs our model |") << "\n|---|---:|---:|---:|" << (k.baseline.empty() ? "" : "---:|") << "\n";
+      const size_t n = d.kl.size(), span = 50;
+      for (size_t a = 0; a < n; a += span) {
+        const size_t b = std::min(n, a + span);
+        double sum = 0, mx = 0, model = 0;
+        size_t agree = 0;
+        for (size_t i = a; i < b; ++i) {
+          sum += d.kl[i], mx = std::max(mx, d.kl[i]), agree += d.top1[i] ? 1 : 0;
+          if (i < k.vs_model.kl.size()) model += k.vs_model.kl[i];
+        }
+        const double c = static_cast<double>(b - a);
+        m << "| " << d.first_position + static_cast<int64_t>(a) << "-" << d.first_position + static_cast<int64_t>(b) - 1 << " | " << num(sum / c)
+          << " | " << num(mx) << " | " << num(100.0 * static_cast<double>(agree) / c, "%.1f") << "% |"
+          << (k.baseline.empty() ? "" : " " + num(model / c) + " |") << "\n";
+      }
     }
   }
   if (in.bench.is_object() && in.bench.contains("rows")) {

@@ -260,6 +260,20 @@ ConformReport run_conform(const ConformOptions& o) {
   CheckContext ctx(model, eo, target, rep.model);
   run_rows(names, ctx, target, rep, say);
   rep.model.checks = rep.rows;
+  if (!rep.fatal && (!o.kv_type.empty() || !o.kv_compare.empty())) {
+    try {
+      rep.kv = kv_costs(o, engine.hello(), target, eo, ctx.ref(), cfg.vocab_size, cfg.context);
+      for (const auto& k : rep.kv) rep.rows.push_back(kv_budget_row(k));
+    } catch (const EngineUnusable&) {
+      throw;
+    } catch (const std::exception& e) {  // an engine that refuses a type it lists, or fails the run: this row fails
+      CheckResult r;
+      r.name = "kv-budget";
+      r.status = Status::Error;
+      r.detail = std::string("the KV-type runs could not finish: ") + e.what();
+      rep.rows.push_back(r);
+    }
+  }
   if (!rep.fatal && !proc.quit()) {
     CheckResult q;
     q.name = "quit";

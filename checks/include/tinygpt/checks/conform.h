@@ -15,6 +15,7 @@
 
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/diagnose.h"
+#include "tinygpt/checks/kv_cost.h"
 #include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
@@ -45,8 +46,24 @@ struct ConformOptions {
   // The engine's KV cache type, sent as load's "kv_type" (f16, q8_0, ...: names its hello lists in
   // "kv_types"); empty: the engine's default. A name the engine does not list: std::invalid_argument.
   std::string kv_type;
+  // The cost of a low-precision KV cache (with kv_type, and each of kv_compare): the teacher-forced run
+  // of the `teacher-forced` row through the engine with that type and through the same engine with an
+  // fp32 cache (its "f32", when hello's kv_types lists it: the same engine and approximations, only the
+  // cache's precision differs), each position's KL and top-1 against both that run and our model. A row
+  // `kv-budget [TYPE]` per type passes when the mean KL per step against the fp32-cache run (our model
+  // where the engine has none) is at most kv_budget and, when set, the top-1 agreement at least
+  // kv_min_top1.
+  double kv_budget = 3e-5;  // kInt8KvBudget: the user's decision (docs/checks.md, "Low-precision caches")
+  double kv_min_top1 = 0;
+  std::vector<std::string> kv_compare;
   std::function<void(const std::string&)> progress;
 };
+
+class DecodeTarget;
+// Each type's cost (o.kv_type, then o.kv_compare): `main` is the engine loaded with o.kv_type; each
+// other type and the fp32 baseline are another instance of the engine (o.engine loaded again).
+std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
+                             const Reference& ref, int64_t vocab, int64_t context);
 
 struct ConformReport {
   std::string engine_name, command, checkpoint, format, kv_type;
@@ -57,6 +74,7 @@ struct ConformReport {
   int64_t requests = 0;
   std::optional<std::string> fatal;     // the engine stopped being usable mid-run (exit 2)
   Diagnosis diagnosis;                  // with ConformOptions::diagnose and failing model rows
+  std::vector<KvCost> kv;               // with ConformOptions::kv_type or kv_compare: each type's cost
   bool passed() const { return !fatal && all_ok(rows); }
 };
 

@@ -16,6 +16,7 @@
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/inject.h"
+#include "tinygpt/checks/kv_cost.h"
 #include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
@@ -43,6 +44,9 @@ struct VerifyReport {
   std::vector<CheckResult> rows;    // the summary: one row per cache run, the matrix, goldens, sampler
   InjectionReport matrix;           // every fault's checks, drift and per-step differences
   std::vector<EquivalenceResult> budgeted;  // each low-precision cache's logit rows, judged by its KL budget
+  // Each low-precision cache's cost per position: its teacher-forced run against the same arithmetic
+  // with an fp32 cache (the series' cache at the variant's kernels) and against the fp32 model.
+  std::vector<KvCost> kv;
   bool goldens_found = false;       // golden files were there for this model
   bool passed() const { return all_ok(rows); }
 };

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tinygpt/checks/kv_cost.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/results.h"
 
@@ -20,6 +21,7 @@ struct ReportInput {
   std::vector<results::CheckResult> rows;        // the summary table
   const checks::InjectionReport* injection = nullptr;  // drift plots, detection matrix, mutation score
   const checks::EquivalenceResult* single = nullptr;   // one cache's run (equivalence): its own plot
+  const std::vector<checks::KvCost>* kv = nullptr;     // conform --kv-type/--kv-compare: each type's cost per position
   nlohmann::json bench;                 // BenchReport::to_json(), or null
   nlohmann::json provenance;            // commit, libtorch, blas, device, threads, cpu
   int64_t context = 256;

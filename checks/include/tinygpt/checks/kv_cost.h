@@ -1,0 +1,46 @@
+// What a low-precision KV cache costs, position by position: one teacher-forced run through the
+// cache against the same target with an fp32 cache (the same arithmetic: only the cache's precision
+// differs) and against our fp32 model, judged by a mean-KL budget (docs/checks.md, "Low-precision caches").
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "tinygpt/checks/reference.h"
+#include "tinygpt/checks/results.h"
+
+namespace tinygpt::checks {
+
+// What a KV cache type costs on one run, position by position (ConformOptions::kv_budget).
+struct KvCost {
+  std::string kv_type;
+  std::string baseline;   // the fp32-cache run's name ("f32"); empty when there is none
+  StepDiffs vs_baseline;  // the type's teacher-forced logits against the fp32-cache run's (empty without one)
+  StepDiffs vs_model;     // against our fp32 model (the banded reference: the rolling cache's semantics)
+  double budget = 0, min_top1 = 0;
+  // What the verdict is judged against: vs_baseline when there is one, else vs_model.
+  const StepDiffs& judged() const { return baseline.empty() ? vs_model : vs_baseline; }
+  // The first position whose step's KL exceeds the budget, if any.
+  std::optional<int64_t> first_over_budget() const;
+  bool passed() const;
+};
+// The 99th percentile of a run's per-step KL (0 when empty).
+double kl_p99(const StepDiffs& d);
+// Its row of a report: `kv-budget [TYPE]`, judged by the budget, every figure in its stats.
+CheckResult kv_budget_row(const KvCost& k);
+// "mean KL per step .. (p99 .., max ..), top-1 agreement ..%, first argmax parting at position ..".
+std::string kv_stats_text(const StepDiffs& d);
+
+class DecodeTarget;
+// The teacher-forced logits (B, tokens, V) of the reference's sequence through `t` from `prompt`
+// (the `teacher-forced` row's run).
+at::Tensor forced_logits(DecodeTarget& t, const at::Tensor& prompt, int64_t tokens, const Reference& ref);
+// `got` (B, n, V) against `baseline` (the same run with an fp32 cache, named `baseline_name`; undefined:
+// none) and the reference's banded logits, for a prompt of T0 tokens.
+KvCost kv_cost_of(const std::string& type, const std::string& baseline_name, const at::Tensor& got, const at::Tensor& baseline,
+                  const Reference& ref, int64_t T0, double budget, double min_top1, double tol);
+
+}  // namespace tinygpt::checks
