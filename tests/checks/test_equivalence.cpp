@@ -149,6 +149,23 @@ TEST_F(Harness, FaultMatrixRunsSideBySideGiveWhatTheyGiveOneAtATime) {
   EXPECT_NE(lines(alone)[0], lines(alone)[lines(alone).size() / 2]);
 }
 
+// The reference's uncached steps run side by side from a guess of the sequence: the same reference as
+// one step after another, with a right guess and with a guess that parts from the run at step 40
+// (from there it continues one step after another) - the guess changes the time, never the result.
+TEST_F(Harness, AReferenceFromAGuessIsTheUncachedLoopsOwn) {
+  const Reference plain = build_reference(model, opts.prompt, opts.tokens);
+  at::Tensor wrong = plain.uncached.clone();
+  wrong[0][3 + 40] = (wrong[0][3 + 40].item<int64_t>() + 1) % model->config().vocab_size;
+  for (const at::Tensor& guess : {plain.uncached, wrong}) {
+    const Reference r = build_reference(model, opts.prompt, opts.tokens, guess, 2);
+    EXPECT_TRUE(r.uncached.equal(plain.uncached));
+    EXPECT_LT((r.uncached_logits - plain.uncached_logits).abs().max().item<double>(), 1e-6);
+    EXPECT_EQ(r.uncached_logits.sizes(), plain.uncached_logits.sizes());
+    EXPECT_TRUE(r.uncached_margin.allclose(plain.uncached_margin));
+    EXPECT_TRUE(r.steps.band.equal(plain.steps.band));
+  }
+}
+
 TEST(ParallelRuns, EveryJobRunsOnceAndTheFirstErrorComesBack) {
   const int threads = at::get_num_threads();
   std::vector<std::atomic<int>> runs(40);
