@@ -110,42 +110,67 @@ Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens) 
 }
 
 Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int workers) {
+  GuessedReference g(model, prompt, tokens, workers > 1 ? guess : at::Tensor(), workers);
+  run_in_parallel(g.spans(), workers, [&](size_t i) { g.run_span(i); });
+  return g.finish();
+}
+
+GuessedReference::GuessedReference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int spans)
+    : model_(model), prompt_(prompt), tokens_(tokens) {
   check_token_ids(prompt, model->config().vocab_size, "reference prompt");
   if (tokens < 1) throw std::invalid_argument("reference: tokens must be >= 1");
-  at::NoGradGuard no_grad;
   const int64_t T0 = prompt.size(1), ctx = model->config().context;
-  // The steps the guess lets run side by side: each step's logits (B, V), from the guessed windows.
-  std::vector<at::Tensor> ahead;
-  if (guess.defined() && workers > 1 && guess.dim() == 2 && guess.size(0) == prompt.size(0) && guess.size(1) == T0 + tokens &&
-      guess.narrow(1, 0, T0).to(prompt.device()).equal(prompt)) {
-    const at::Tensor g = guess.to(prompt.device());
-    ahead.resize(static_cast<size_t>(tokens));
-    const int64_t per = (tokens + workers - 1) / workers;  // contiguous spans: each worker's windows overlap
-    run_in_parallel(static_cast<size_t>(workers), workers, [&](size_t w) {
-      for (int64_t i = static_cast<int64_t>(w) * per; i < std::min(tokens, (static_cast<int64_t>(w) + 1) * per); ++i) {
-        const int64_t L = T0 + i, n = std::min(L, ctx);
-        ahead[static_cast<size_t>(i)] = model->forward_last(g.narrow(1, L - n, n));  // (B, V): generate_uncached's step
-      }
-    });
+  if (!guess.defined() || spans < 1 || guess.dim() != 2 || guess.size(0) != prompt.size(0) || guess.size(1) != T0 + tokens ||
+      !guess.narrow(1, 0, T0).to(prompt.device()).equal(prompt))
+    return;
+  guess_ = guess.to(prompt.device());
+  ahead_.resize(static_cast<size_t>(tokens));
+  // Spans of about equal cost: step i's forward is over min(T0 + i, context) tokens.
+  auto cost = [&](int64_t i) { return static_cast<double>(std::min(T0 + i, ctx)); };
+  double total = 0;
+  for (int64_t i = 0; i < tokens; ++i) total += cost(i);
+  int64_t from = 0;
+  double acc = 0;
+  for (int64_t i = 0; i < tokens; ++i) {
+    acc += cost(i);
+    if (acc >= total * static_cast<double>(spans_.size() + 1) / spans || i == tokens - 1) {
+      spans_.emplace_back(from, i + 1);
+      from = i + 1;
+    }
   }
+}
+
+void GuessedReference::run_span(size_t s) {
+  at::NoGradGuard no_grad;
+  const int64_t T0 = prompt_.size(1), ctx = model_->config().context;
+  for (int64_t i = spans_.at(s).first; i < spans_[s].second; ++i) {
+    const int64_t L = T0 + i, n = std::min(L, ctx);
+    ahead_[static_cast<size_t>(i)] = model_->forward_last(guess_.narrow(1, L - n, n));  // (B, V): generate_uncached's step
+  }
+}
+
+Reference GuessedReference::finish() {
+  at::NoGradGuard no_grad;
+  const int64_t T0 = prompt_.size(1);
   Reference ref;
   std::vector<double> margins;
   Recorder keep;
-  at::Tensor seq = prompt;
+  at::Tensor seq = prompt_;
   int64_t done = 0;  // steps whose choice the guess had right
-  for (; done < static_cast<int64_t>(ahead.size()); ++done) {
-    const at::Tensor& l = ahead[static_cast<size_t>(done)];
+  for (; done < static_cast<int64_t>(ahead_.size()); ++done) {
+    const at::Tensor& l = ahead_[static_cast<size_t>(done)];
+    if (!l.defined()) throw std::logic_error("GuessedReference::finish: a span has not run");
     const at::Tensor chosen = greedy()(l, seq).view({-1, 1}).to(seq.device());  // (B, 1)
     margins.push_back(top2_margin(l));
     keep(done, l);
     seq = at::cat({seq, chosen}, 1);
-    if (!chosen.equal(guess.narrow(1, T0 + done, 1).to(seq.device()))) {
+    if (!chosen.equal(guess_.narrow(1, T0 + done, 1))) {
       ++done;
       break;
     }
   }
-  if (done < tokens) {  // the rest one step after another, from where the guess parted (or from the start)
-    const at::Tensor rest = generate_uncached(model, seq, tokens - done, greedy(), [&](int64_t i, const at::Tensor& l) {
+  if (done < tokens_) {  // the rest one step after another, from where the guess parted (or from the start)
+    const at::Tensor rest = generate_uncached(model_, seq, tokens_ - done, greedy(), [&](int64_t i, const at::Tensor& l) {
       margins.push_back(top2_margin(l));
       keep(done + i, l);
     });
@@ -154,7 +179,7 @@ Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, 
   ref.uncached = seq;                    // (B, T0 + tokens)
   ref.uncached_logits = keep.stacked();  // (B, tokens, V)
   ref.uncached_margin = at::tensor(margins, at::kDouble);
-  ref.steps = reference_for(model, ref.uncached, T0, tokens);
+  ref.steps = reference_for(model_, ref.uncached, T0, tokens_);
   return ref;
 }
 

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <mutex>
 
 #include <nlohmann/json.hpp>
 
@@ -182,9 +181,57 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   opts.tokens = o.tokens;
   opts.require_batch_invariance = o.require_batch_invariance;
   opts.require_thread_invariance = o.require_thread_invariance;
-  say("reference: uncached greedy run, full-forward and banded logits");
   validate(opts);
-  const Reference ref = build_reference(fx.model, opts.prompt, opts.tokens, golden_guess(fx.dir, opts.prompt, opts.tokens), default_workers(dev));
+  const int workers = default_workers(dev);
+  // Phase 1: the reference's uncached steps (from the golden run's ids, side by side) and, beside
+  // them, what needs no reference of the main run: the batch of three (its own reference) and the
+  // goldens of the caches whose golden rows are cached runs only.
+  GuessedReference guessed(fx.model, opts.prompt, opts.tokens, workers > 1 ? golden_guess(fx.dir, opts.prompt, opts.tokens) : at::Tensor(),
+                           workers > 1 ? 3 : 0);
+  EquivalenceOptions bopts;  // a batch of three different prompts through every check
+  bopts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
+  bopts.tokens = std::min<int64_t>(o.tokens, 96);
+  if (rep.goldens_found) say("goldens in " + fx.dir);
+  else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
+  const bool reuse = o.tokens == 600;  // the series' golden uncached run is the reference's own
+  // Per production cache: its batch row (parts[2k]) and its golden rows (parts[2k + 1]), kept in this order.
+  std::vector<std::vector<CheckResult>> parts(2 * production.size());
+  auto goldens = [&](size_t k, const Reference* uncached) {
+    const CacheVariant* v = production[k];
+    Timer pt;  // the golden rows share their run's time (the batch row carries its checks' own)
+    auto gs = verify_goldens(fx, dev, v->name == kSeriesCache ? nullptr : v, uncached);
+    const double each = pt.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
+    for (auto& g : gs) {
+      g.name = "golden:" + g.name;
+      g.seconds = each;
+      parts[2 * k + 1].push_back(std::move(g));
+    }
+    say("goldens through " + v->name + " checked");
+  };
+  std::vector<size_t> early_goldens;  // the caches whose goldens need no uncached run
+  if (rep.goldens_found)
+    for (size_t k = 0; k < production.size(); ++k)
+      if (production[k]->name != kSeriesCache) early_goldens.push_back(k);
+  say("reference: uncached greedy run, full-forward and banded logits" +
+      std::string(guessed.spans() ? " (its steps side by side from the golden run's ids)" : ""));
+  run_in_parallel(guessed.spans() + 1 + early_goldens.size(), workers, [&](size_t job) {
+    if (job < guessed.spans()) return guessed.run_span(job);
+    if (job == guessed.spans()) {
+      say("a batch of 3 prompts: reference");
+      const Reference bref = build_reference(fx.model, bopts);
+      for (size_t k = 0; k < production.size(); ++k) {
+        parts[2 * k].push_back(summary_row(check_equivalence(fx.model, bopts, bref, *production[k]),
+                                           "cache-equivalence [" + production[k]->name + ", batch 3]"));
+        say("a batch of 3 prompts: " + production[k]->name + " checked");
+      }
+      return;
+    }
+    goldens(early_goldens[job - guessed.spans() - 1], nullptr);
+  });
+  const Reference ref = guessed.finish();
+
+  // Phase 2: batch 1, every production cache (the negative controls) at the seed's 600 tokens, and
+  // every fault through the rows that must catch it at context + 16 tokens.
   InjectionOptions io;
   io.controls = production;
   io.reference = &ref;
@@ -198,27 +245,8 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   for (const auto& c : rep.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
   if (!faults.empty()) rep.rows.push_back(matrix_row(rep.matrix));
 
-  // A batch of three different prompts through every check (the batch check inside every run above
-  // compares rows with their prompts alone too, past the window).
-  EquivalenceOptions bopts;
-  bopts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
-  bopts.tokens = std::min<int64_t>(o.tokens, 96);
-  // Its reference is made by the first batch run that needs it, while the other worker checks goldens.
-  std::once_flag bref_once;
-  Reference bref;
-  auto batch_reference = [&]() -> const Reference& {
-    std::call_once(bref_once, [&] {
-      say("a batch of 3 prompts: reference");
-      bref = build_reference(fx.model, bopts);
-    });
-    return bref;
-  };
-  if (rep.goldens_found) say("goldens in " + fx.dir);
-  else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
-  // Per production cache: the batch of three, then its goldens; run side by side as the fault
-  // matrix's runs are (each its own cache and generators), rows kept in this order.
-  const bool reuse = o.tokens == 600;  // the golden greedy run is the same uncached run
-  // And each low-precision cache: the logit rows at the main run's length, judged by its KL budget.
+  // Phase 3: each low-precision cache's logit rows at the main run's length, judged by its KL budget,
+  // and the goldens that reuse the reference's uncached run.
   const auto budgeted = cache_registry().budgeted(/*faults=*/false);
   std::vector<std::string> budget_names;
   for (const char* n : kBudgetRows)
@@ -226,43 +254,26 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   const size_t B = budget_names.empty() ? 0 : budgeted.size();
   rep.budgeted.resize(B);
   rep.kv.resize(B);
-  std::vector<std::vector<CheckResult>> parts(2 * production.size());
-  // The low-precision caches first: theirs are the longest jobs of this pool.
-  run_in_parallel(parts.size() + B, default_workers(dev), [&](size_t job) {
-    const size_t i = job < B ? parts.size() + job : job - B;
-    if (i >= parts.size()) {
-      const CacheVariant* v = budgeted[i - parts.size()];
-      ModelTarget target(fx.model, *v);
-      rep.budgeted[i - parts.size()] = run_checks(fx.model, judged_as(opts, *v), target, budget_names, &ref);
-      // The second reference: the same arithmetic with an fp32 cache (the series' cache at its kernels).
-      CacheVariant twin = *v;
-      twin.name = v->name + " with an fp32 cache";
-      twin.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
-      twin.make_step = nullptr;
-      twin.kv_budget.reset();
-      ModelTarget fp32(fx.model, twin);
-      rep.kv[i - parts.size()] = kv_cost_of(v->name, "f32", forced_logits(target, opts.prompt, opts.tokens, ref),
-                                            forced_logits(fp32, opts.prompt, opts.tokens, ref), ref, opts.prompt.size(1),
-                                            *v->kv_budget, 0, kLogitTolerance);
-      say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
-      return;
-    }
-    const CacheVariant* v = production[i / 2];
-    if (i % 2 == 0) {
-      parts[i].push_back(summary_row(check_equivalence(fx.model, bopts, batch_reference(), *v), "cache-equivalence [" + v->name + ", batch 3]"));
-      say("a batch of 3 prompts: " + v->name + " checked");
-      return;
-    }
-    if (!rep.goldens_found) return;
-    Timer pt;  // the golden rows share their run's time (the batch row carries its checks' own)
-    auto gs = verify_goldens(fx, dev, v->name == kSeriesCache ? nullptr : v, reuse ? &ref : nullptr);
-    const double each = pt.seconds() / static_cast<double>(std::max<size_t>(1, gs.size()));
-    for (auto& g : gs) {
-      g.name = "golden:" + g.name;
-      g.seconds = each;
-      parts[i].push_back(std::move(g));
-    }
-    say("goldens through " + v->name + " checked");
+  std::vector<size_t> late_goldens;
+  if (rep.goldens_found)
+    for (size_t k = 0; k < production.size(); ++k)
+      if (production[k]->name == kSeriesCache) late_goldens.push_back(k);
+  run_in_parallel(B + late_goldens.size(), workers, [&](size_t job) {
+    if (job >= B) return goldens(late_goldens[job - B], reuse ? &ref : nullptr);
+    const CacheVariant* v = budgeted[job];
+    ModelTarget target(fx.model, *v);
+    rep.budgeted[job] = run_checks(fx.model, judged_as(opts, *v), target, budget_names, &ref);
+    // The second reference: the same arithmetic with an fp32 cache (the series' cache at its kernels).
+    CacheVariant twin = *v;
+    twin.name = v->name + " with an fp32 cache";
+    twin.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
+    twin.make_step = nullptr;
+    twin.kv_budget.reset();
+    ModelTarget fp32(fx.model, twin);
+    rep.kv[job] = kv_cost_of(v->name, "f32", forced_logits(target, opts.prompt, opts.tokens, ref),
+                             forced_logits(fp32, opts.prompt, opts.tokens, ref), ref, opts.prompt.size(1), *v->kv_budget, 0,
+                             kLogitTolerance);
+    say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
   });
   for (size_t k : {0, 1})  // every batch row first, then every golden row
     for (size_t i = k; i < parts.size(); i += 2) rep.rows.insert(rep.rows.end(), parts[i].begin(), parts[i].end());

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinygpt/gpt.h"
@@ -64,6 +65,27 @@ Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
 // result is the uncached loop's own whatever the guess; a right guess only makes it faster (the
 // uncached forwards of one run gain nothing from a second intra-op thread: docs/perf.md).
 Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int workers);
+
+// That reference in parts a caller runs side by side with other work: the guessed run's steps in
+// `spans` spans of about equal cost (a step costs its window's length), then finish() - the choices
+// checked against the guess, the rest one step after another from where it parted, and the full and
+// banded references. A guess for another prompt or length gives no spans (finish() runs every step).
+class GuessedReference {
+ public:
+  GuessedReference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int spans);
+  size_t spans() const { return spans_.size(); }
+  // The steps of span i (distinct spans may run on different threads at once).
+  void run_span(size_t i);
+  // After every span has run.
+  Reference finish();
+
+ private:
+  GPT model_;
+  at::Tensor prompt_, guess_;
+  int64_t tokens_;
+  std::vector<std::pair<int64_t, int64_t>> spans_;  // [from, to) steps
+  std::vector<at::Tensor> ahead_;                   // per step (B, V), from the guessed windows
+};
 
 // One run's logits against one reference, step by step, with the precision statistics an
 // approximate target is judged by (as llama.cpp's perplexity tool reports them for quantised models).
