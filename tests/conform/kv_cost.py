@@ -4,7 +4,8 @@ budget against the same engine with an f32 cache, and the reports show each type
 Usage: kv_cost.py TINYGPT ENGINE WORK_DIR
 Asserts: exit 1 (q4_0 is over the budget), `kv-budget [q8_0]` and `[f16]` pass and `[q4_0]` fails naming
 the first position over it; the JSON has each type's per-step KL and top-1 against the f32 baseline and
-our model; the HTML has a plot per type; the Markdown a per-position table per type."""
+our model; the HTML has a plot per type; the Markdown a per-position table per type. Then every row
+under q8_0 and q4_0 reports its cost against the f32 engine and is judged by the budget."""
 import json
 import os
 import subprocess
@@ -57,6 +58,27 @@ def main():
     md = open(paths["md"]).read()
     if "What each KV cache type costs, per position" not in md or "| positions | mean KL |" not in md:
         problems.append("no per-position KV table in the Markdown report")
+    # Every row under a type is also sent to the same engine with an f32 cache: each row reports what
+    # the type costs against it, and is judged by the budget (q8_0 inside 3e-5, q4_0 outside).
+    rows_checks = "ragged,fork"
+    for t, want in (("q8_0", "pass"), ("q4_0", "fail")):
+        out = os.path.join(work, "rows-%s.json" % t)
+        r = subprocess.run([tinygpt, "conform", "--engine", engine, "--kv-type", t, "--kv-budget", "3e-5", "--max-kl", "1",
+                            "--checks", rows_checks, "--threads", "1", "--json", out], capture_output=True, text=True, timeout=900)
+        sys.stderr.write(r.stderr[-1500:])
+        doc = json.load(open(out))
+        for name in rows_checks.split(","):
+            row = next((c for c in doc["checks"] if c["check"] == name), None)
+            if row is None:
+                problems.append("%s: no %s row" % (t, name))
+                continue
+            kl = row.get("stats", {}).get("kl_mean_vs_f32_cache")
+            if kl is None:
+                problems.append("%s %s: no kl_mean_vs_f32_cache in its stats" % (t, name))
+            if row["status"] != want:
+                problems.append("%s %s: expected %s, got %s (%s)" % (t, name, want, row["status"], row["figure"][:200]))
+            if want == "fail" and "KV budget" not in row["figure"]:
+                problems.append("%s %s: the failure must name the KV budget: %s" % (t, name, row["figure"][:200]))
     for p in problems:
         print("FAIL: " + p)
     if not problems:

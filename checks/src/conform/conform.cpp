@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "engine_process.h"
+#include "mirror_target.h"
 #include "tinygpt/checks/deviations.h"
 #include "remote_target.h"
 #include "tinygpt/checkpoint.h"
@@ -189,7 +190,7 @@ EquivalenceResult conform_figures(const EquivalenceOptions& eo, const Config& cf
 // Runs the selected rows on the engine in table order. An engine without a sampler gets one row
 // saying so, not one per sampler row; once the engine cannot be talked to, the rest are errors.
 void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTarget& target, ConformReport& rep,
-              const std::function<void(const std::string&)>& say) {
+              const std::function<void(const std::string&)>& say, MirrorTarget* mirror = nullptr, double kv_budget = 0) {
   bool said_no_sampler = false;
   for (const auto& name : names) {
     const CheckDef& def = find_check(name);
@@ -212,6 +213,26 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
     const int64_t before = target.requests();
     CheckResult row = run_check(def, ctx);
     row.stats["requests"] = static_cast<double>(target.requests() - before);  // the row's cost on the engine
+    if (mirror) {  // a low-precision KV type: this row's answers against the same engine with an f32 cache
+      const MirrorTally t = mirror->take();
+      if (!t.kl.empty()) {
+        StepDiffs d;
+        d.kl = t.kl, d.diffs = t.diffs, d.top1 = t.top1;
+        row.stats["kl_mean_vs_f32_cache"] = d.kl_mean();
+        row.stats["kl_p99_vs_f32_cache"] = kl_p99(d);
+        row.stats["kl_max_vs_f32_cache"] = d.kl_max();
+        row.stats["top1_vs_f32_cache"] = d.top1_agreement();
+        row.stats["worst_diff_vs_f32_cache"] = *std::max_element(t.diffs.begin(), t.diffs.end());
+        if (!(d.kl_mean() <= kv_budget) && row.status == Status::Pass) {
+          size_t first = 0;
+          while (first < t.kl.size() && t.kl[first] <= kv_budget) ++first;
+          row.status = Status::Fail;
+          row.detail = "mean KL per answer against the same engine with an f32 cache " + sci(d.kl_mean()) + " > the KV budget " +
+                       sci(kv_budget) + " (first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(t.kl.size()) +
+                       ", KL " + sci(t.kl[std::min(first, t.kl.size() - 1)]) + "); " + row.detail;
+        }
+      }
+    }
     if (target.unusable()) {
       // The engine stopped answering during this row (inside a sampler law RapidCheck would report the
       // exception as a falsified property): the row is an error saying why, never a failure.
@@ -252,17 +273,37 @@ ConformReport run_conform(const ConformOptions& o) {
   });
   rep.deviations = target.deviations();
   const EquivalenceOptions eo = conform_run_options(o, cfg);
+  // A low-precision KV type: the same engine with an f32 cache is sent every request too, and each
+  // row says what the type costs against it (MirrorTarget), and is judged by the budget.
+  std::unique_ptr<LoadedEngine> base_engine;
+  std::unique_ptr<RemoteTarget> base_target;
+  std::unique_ptr<MirrorTarget> mirror;
+  const auto& kv_types = engine.hello().contains("kv_types") ? engine.hello()["kv_types"] : nlohmann::json::array();
+  if (!o.kv_type.empty() && o.kv_type != "f32" && kv_types.is_array() &&
+      std::find(kv_types.begin(), kv_types.end(), nlohmann::json("f32")) != kv_types.end()) {
+    say("the baseline: the same engine with an f32 cache, sent every request");
+    base_engine = std::make_unique<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, "f32");
+    base_target = std::make_unique<RemoteTarget>(base_engine->process(), base_engine->hello(), cfg.vocab_size, cfg.context);
+    base_target->set_spawn([&o, &cfg]() -> std::unique_ptr<DecodeTarget> {
+      auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, "f32");
+      auto t = std::make_unique<RemoteTarget>(second->process(), second->hello(), cfg.vocab_size, cfg.context);
+      t->own(second);
+      return t;
+    });
+    mirror = std::make_unique<MirrorTarget>(target, *base_target);
+  }
+  DecodeTarget& judged = mirror ? static_cast<DecodeTarget&>(*mirror) : target;
 
   // Declared deviations: a row each, saying what it relaxes; the rows they touch are judged by the
   // deviation's bound and say so (run_check).
   for (const auto& name : rep.deviations) rep.rows.push_back(declared_row(name));
   rep.model = conform_figures(eo, cfg, target.name());
-  CheckContext ctx(model, eo, target, rep.model);
-  run_rows(names, ctx, target, rep, say);
+  CheckContext ctx(model, eo, judged, rep.model);
+  run_rows(names, ctx, target, rep, say, mirror.get(), o.kv_budget);
   rep.model.checks = rep.rows;
   if (!rep.fatal && (!o.kv_type.empty() || !o.kv_compare.empty())) {
     try {
-      rep.kv = kv_costs(o, engine.hello(), target, eo, ctx.ref(), cfg.vocab_size, cfg.context);
+      rep.kv = kv_costs(o, engine.hello(), target, eo, ctx.ref(), cfg.vocab_size, cfg.context, base_target.get());
       for (const auto& k : rep.kv) rep.rows.push_back(kv_budget_row(k));
     } catch (const EngineUnusable&) {
       throw;
@@ -274,6 +315,7 @@ ConformReport run_conform(const ConformOptions& o) {
       rep.rows.push_back(r);
     }
   }
+  if (base_engine) base_engine->process().quit();
   if (!rep.fatal && !proc.quit()) {
     CheckResult q;
     q.name = "quit";

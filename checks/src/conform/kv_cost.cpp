@@ -73,7 +73,7 @@ std::string kv_stats_text(const StepDiffs& d) {
 }
 
 std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
-                             const Reference& ref, int64_t vocab, int64_t context) {
+                             const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline_target) {
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };
@@ -99,7 +99,7 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
   at::Tensor base;  // (1, n, V)
   if (!baseline.empty()) {
     say("kv cost: the teacher-forced run with an " + baseline + " cache (the baseline)");
-    base = run_with(baseline);
+    base = baseline_target ? forced_logits(*baseline_target, eo.prompt, eo.tokens, ref) : run_with(baseline);
   }
   std::vector<KvCost> out;
   for (const auto& type : types) {

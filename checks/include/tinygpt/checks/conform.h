@@ -62,8 +62,9 @@ struct ConformOptions {
 class DecodeTarget;
 // Each type's cost (o.kv_type, then o.kv_compare): `main` is the engine loaded with o.kv_type; each
 // other type and the fp32 baseline are another instance of the engine (o.engine loaded again).
+// `baseline`, when given, is the engine already loaded with its f32 cache (else one is started).
 std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
-                             const Reference& ref, int64_t vocab, int64_t context);
+                             const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline = nullptr);
 
 struct ConformReport {
   std::string engine_name, command, checkpoint, format, kv_type;

@@ -1,0 +1,149 @@
+#include "mirror_target.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace tinygpt::checks {
+
+MirrorTarget::MirrorTarget(DecodeTarget& main, DecodeTarget& baseline)
+    : main_(&main), base_(&baseline), shared_(std::make_shared<Shared>()) {}
+
+MirrorTarget::MirrorTarget(std::unique_ptr<DecodeTarget> main, std::unique_ptr<DecodeTarget> baseline, std::shared_ptr<Shared> shared)
+    : own_main_(std::move(main)), own_base_(std::move(baseline)), main_(own_main_.get()), base_(own_base_.get()), shared_(std::move(shared)) {}
+
+MirrorTarget::~MirrorTarget() = default;
+
+MirrorTally MirrorTarget::take() {
+  MirrorTally t = std::move(shared_->tally);
+  shared_->tally = {};
+  return t;
+}
+
+void MirrorTarget::compare(const at::Tensor& got_in, const at::Tensor& base_in) {
+  const at::Tensor got = got_in.to(at::kCPU).to(at::kDouble).reshape({-1, got_in.size(-1)});   // (R, V)
+  const at::Tensor base = base_in.to(at::kCPU).to(at::kDouble).reshape({-1, base_in.size(-1)});  // (R, V)
+  if (got.sizes() != base.sizes()) return;  // a wrong shape is the main target's check to fail
+  const at::Tensor lb = base.log_softmax(-1), lg = got.log_softmax(-1);
+  const at::Tensor kl = (lb.exp() * (lb - lg)).sum(-1).contiguous();    // (R)
+  const at::Tensor diff = (got - base).abs().amax(-1).contiguous();     // (R)
+  const at::Tensor same = (got.argmax(-1) == base.argmax(-1)).contiguous();
+  for (int64_t r = 0; r < got.size(0); ++r) {
+    const double k = kl[r].item<double>(), d = diff[r].item<double>();
+    shared_->tally.kl.push_back(std::isnan(k) ? std::numeric_limits<double>::infinity() : k);
+    shared_->tally.diffs.push_back(std::isnan(d) ? std::numeric_limits<double>::infinity() : d);
+    shared_->tally.top1.push_back(same[r].item<bool>());
+  }
+}
+
+int64_t MirrorTarget::base_row(int64_t row) const {
+  const auto it = rows_.find(row);
+  if (it == rows_.end()) throw std::logic_error("mirror: row " + std::to_string(row) + " has no baseline row");
+  return it->second;
+}
+
+void MirrorTarget::reset() {
+  main_->reset();
+  base_->reset();
+  rows_.clear();
+}
+
+at::Tensor MirrorTarget::prefill(const at::Tensor& ids) {
+  const at::Tensor l = main_->prefill(ids);
+  compare(l, base_->prefill(ids));
+  return l;
+}
+
+at::Tensor MirrorTarget::step(const at::Tensor& ids) {
+  const at::Tensor l = main_->step(ids);
+  compare(l, base_->step(ids));
+  return l;
+}
+
+std::string MirrorTarget::serving_unsupported(const std::string& op) const {
+  const std::string m = main_->serving_unsupported(op);
+  if (!m.empty()) return m;
+  const std::string b = base_->serving_unsupported(op);
+  return b.empty() ? "" : "its f32 baseline: " + b;
+}
+
+std::vector<int64_t> MirrorTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
+  const std::vector<int64_t> ids = main_->add_rows(prompts, logits);
+  at::Tensor base;
+  const std::vector<int64_t> bids = base_->add_rows(prompts, base);
+  for (size_t i = 0; i < ids.size() && i < bids.size(); ++i) rows_[ids[i]] = bids[i];
+  compare(logits, base);
+  return ids;
+}
+
+at::Tensor MirrorTarget::step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
+  const at::Tensor l = main_->step_rows(rows, ids);
+  std::vector<int64_t> b;
+  for (int64_t r : rows) b.push_back(base_row(r));
+  compare(l, base_->step_rows(b, ids));
+  return l;
+}
+
+at::Tensor MirrorTarget::extend_row(int64_t row, const std::vector<int64_t>& ids) {
+  const at::Tensor l = main_->extend_row(row, ids);
+  compare(l, base_->extend_row(base_row(row), ids));
+  return l;
+}
+
+int64_t MirrorTarget::fork_row(int64_t row) {
+  const int64_t child = main_->fork_row(row);
+  rows_[child] = base_->fork_row(base_row(row));
+  return child;
+}
+
+void MirrorTarget::truncate_row(int64_t row, int64_t n) {
+  main_->truncate_row(row, n);
+  base_->truncate_row(base_row(row), n);
+}
+
+void MirrorTarget::release_row(int64_t row) {
+  main_->release_row(row);
+  base_->release_row(base_row(row));
+  rows_.erase(row);
+}
+
+int MirrorTarget::set_threads(int n) {
+  base_->set_threads(n);
+  return main_->set_threads(n);
+}
+
+int64_t MirrorTarget::max_rows() const {
+  const int64_t a = main_->max_rows(), b = base_->max_rows();
+  return a == 0 ? b : b == 0 ? a : std::min(a, b);
+}
+
+std::string MirrorTarget::save_row(int64_t row) {
+  std::string s = main_->save_row(row);
+  shared_->states[s] = base_->save_row(base_row(row));
+  return s;
+}
+
+int64_t MirrorTarget::restore_row(const std::string& state) {
+  const auto it = shared_->states.find(state);
+  if (it == shared_->states.end()) throw std::logic_error("mirror: a state the mirror did not save");
+  const int64_t row = main_->restore_row(state);
+  rows_[row] = base_->restore_row(it->second);
+  return row;
+}
+
+void MirrorTarget::shift_row(int64_t row, int64_t keep, int64_t discard) {
+  main_->shift_row(row, keep, discard);
+  base_->shift_row(base_row(row), keep, discard);
+}
+
+std::unique_ptr<DecodeTarget> MirrorTarget::second_instance() const {
+  auto m = main_->second_instance();
+  if (!m) return nullptr;
+  auto b = base_->second_instance();
+  if (!b) return m;  // no baseline there: the second instance's answers are not compared
+  return std::unique_ptr<DecodeTarget>(new MirrorTarget(std::move(m), std::move(b), shared_));
+}
+
+}  // namespace tinygpt::checks
