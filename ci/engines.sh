@@ -10,6 +10,9 @@
 #   .engines/transformers.js/         @huggingface/transformers 4.3.1 the same way, from
 #                                     engines/transformers.js/package-lock.json (474 MB with its image
 #                                     dependencies; adapter: engines/transformers.js/adapter.mjs)
+#   .engines/forky-root/              Debian forky's python3-transformers 5.12 and python3-torch 2.14 in a
+#                                     chroot (ci/forky.sh; ~2.2 GB, 4-9 minutes the first time, reused after);
+#                                     adapter: engines/transformers/run.sh (root: it chroots)
 # --exact also builds libllama from the bundled source with build_ffn's ggml_gelu replaced by
 # ggml_gelu_erf (about 5 minutes on 2 cores): .engines/llama.cpp-exact/adapter, reported as
 # "llama.cpp v0.4.0 with exact GELU".
@@ -109,3 +112,10 @@ if [ ! -d "$J/node_modules/@huggingface/transformers" ] || [ "$ROOT/engines/tran
   (cd "$J" && timeout 900 npm ci --ignore-scripts --no-audit --no-fund --silent) || { say "npm ci failed (registry unreachable?)"; exit 1; }
 fi
 say "transformers.js: $J/node_modules (adapter: engines/transformers.js/adapter.mjs)"
+
+# Hugging Face transformers (Debian forky's, in a chroot: ci/forky.sh, cached in .engines/forky-root).
+# Optional: its tests skip, saying why, when it cannot be made (FORKY=0 leaves it out).
+if [ "${FORKY:-1}" = 1 ]; then
+  bash "$ROOT/ci/forky.sh" || say "transformers: the forky chroot could not be made; its tests will skip"
+  [ -f "$OUT/forky-root/versions.txt" ] && say "transformers: engines/transformers/run.sh --cache dynamic|sliding|static ($(sed -n 4p "$OUT/forky-root/versions.txt"))"
+fi
