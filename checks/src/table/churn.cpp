@@ -335,14 +335,27 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
   return plan;
 }
 
-ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance) {
+ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance, std::optional<double> max_kl) {
   ChurnVerdict v;
   if (row.positions.empty()) return v;
   // What was shown while the row was a plain sequence, against the band reference of it; the rest
   // against the reference's shifted entries, as recorded.
   const std::vector<at::Tensor> want = references_of(model, row);
-  const at::Tensor diff = (at::stack(row.logits, 0) - at::stack(want, 0)).abs().amax(1);  // (shown)
+  const at::Tensor got = at::stack(row.logits, 0), ref = at::stack(want, 0);  // (shown, V)
+  const at::Tensor diff = (got - ref).abs().amax(1);                          // (shown)
   v.worst = diff.max().item<double>();
+  const at::Tensor lr = ref.to(at::kDouble).log_softmax(-1), lg = got.to(at::kDouble).log_softmax(-1);
+  const at::Tensor kl = (lr.exp() * (lr - lg)).sum(-1).contiguous();  // (shown)
+  v.kl_mean = kl.mean().item<double>();
+  if (max_kl) {
+    if (!(v.kl_mean <= *max_kl)) {
+      int64_t i = 0;
+      while (i < kl.size(0) && kl[i].item<double>() <= *max_kl) ++i;
+      if (i == kl.size(0)) i = 0;
+      v.index = i, v.first_over = row.positions[static_cast<size_t>(i)], v.diff_there = kl[i].item<double>();
+    }
+    return v;
+  }
   for (size_t i = 0; i < row.positions.size(); ++i) {
     const double d = diff[static_cast<int64_t>(i)].item<double>();
     if (std::isnan(d)) v.worst = INFINITY;
@@ -380,7 +393,7 @@ void churn_check(CheckContext& c, CheckResult& r) {
   int64_t past = 0, shown = 0;
   for (size_t k = 0; k < run.rows().size(); ++k) {
     const ChurnRow& row = run.rows()[k];
-    const ChurnVerdict v = churn_verdict(c.model, row, c.tol().logits);
+    const ChurnVerdict v = churn_verdict(c.model, row, c.tol().logits, c.tol().max_kl);
     worst = std::max(worst, v.worst);
     shown += static_cast<int64_t>(row.positions.size());
     past += std::count_if(row.positions.begin(), row.positions.end(), [&](int64_t p) { return p >= ctx; });
@@ -397,8 +410,10 @@ void churn_check(CheckContext& c, CheckResult& r) {
     std::string just;
     for (int64_t i = std::max<int64_t>(0, op - 3); i < op; ++i) just += std::to_string(i + 1) + " `" + to_string(plan[static_cast<size_t>(i)]) + "`, ";
     r.figure = v.diff_there;
-    return set_result(r, false, "row " + std::to_string(k) + " vs its sequence alone: position " + std::to_string(v.first_over) +
-                                    " off by " + sci(v.diff_there) + " > " + sci(c.tol().logits) + ", shown by operation " +
+    const std::string off = c.tol().max_kl ? "mean KL " + sci(v.kl_mean) + " > " + sci(*c.tol().max_kl) + ", first over it at position " +
+                                                 std::to_string(v.first_over) + " (KL " + sci(v.diff_there) + ")"
+                                           : "position " + std::to_string(v.first_over) + " off by " + sci(v.diff_there) + " > " + sci(c.tol().logits);
+    return set_result(r, false, "row " + std::to_string(k) + " vs its sequence alone: " + off + ", shown by operation " +
                                     std::to_string(op + 1) + " of " + std::to_string(plan.size()) + " (`" + to_string(plan[op]) +
                                     "`; the row's history before it: " + (mine.size() > 8 ? "..., " : "") + before + "the last operations before it: " + just + "plan seed " + std::to_string(kChurnSeed) + ")" +
                                     (refused.empty() ? "" : "; then " + refused));

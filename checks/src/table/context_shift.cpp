@@ -89,13 +89,31 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
     for (int64_t j = 0; j < steps; ++j) gots.push_back(step(ids[static_cast<size_t>(j)]));
     // The same ids through the reference's entries in one chunk: every position's logits.
     const at::Tensor wants = c.model->step_every(at::tensor(ids, at::kLong).unsqueeze(0).to(dev), ref, pos).to(at::kCPU)[0];  // (steps, V)
+    // An approximate target judged by mean KL (--max-kl): the shift's steps by their mean KL, the
+    // first step whose own KL is over named.
+    if (const auto max_kl = c.tol().max_kl) {
+      const at::Tensor lr = wants.to(at::kDouble).log_softmax(-1), lg = at::stack(gots, 0).to(at::kDouble).log_softmax(-1);
+      const at::Tensor kl = (lr.exp() * (lr - lg)).sum(-1).contiguous();  // (steps)
+      const double mean = kl.mean().item<double>();
+      if (!(mean <= *max_kl)) {
+        int64_t j = 0;
+        while (j < steps - 1 && kl[j].item<double>() <= *max_kl) ++j;
+        set_result(r, false, "after shift " + std::to_string(k + 1) + " (keep " + std::to_string(kKeep) + ", drop " + std::to_string(discard) +
+                                 "): mean KL " + sci(mean) + " from the re-rotated reference over " + std::to_string(steps) + " steps > " +
+                                 sci(*max_kl) + ", first over it at step " + std::to_string(j + 1) + " (KL " + sci(kl[j].item<double>()) + ")");
+        r.figure = mean;
+        r.stats["first_over"] = static_cast<double>(pos + j);
+        return;
+      }
+      r.stats["kl_after_shift_" + std::to_string(k + 1)] = mean;
+    }
     for (int64_t j = 0; j < steps; ++j) {
       const at::Tensor& got = gots[static_cast<size_t>(j)];
       const at::Tensor want = wants[j];
       ++pos;
       const double d = (got - want).abs().max().item<double>();
       w = std::max(w, std::isnan(d) ? INFINITY : d);
-      if (!(d <= bound)) {
+      if (!(d <= bound) && !c.tol().max_kl) {
         set_result(r, false, "after shift " + std::to_string(k + 1) + " (keep " + std::to_string(kKeep) + ", drop " +
                                  std::to_string(discard) + " of " + std::to_string(shifts.back().at) + " tokens), step " +
                                  std::to_string(j + 1) + ": |diff| " + sci(d) + " from the re-rotated reference > " + sci(bound));

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <optional>
 #include <vector>
 
 #include "tinygpt/gpt.h"
@@ -150,8 +151,12 @@ struct ChurnVerdict {
   int64_t first_over = -1;    // the position of the first shown logits over the tolerance; -1 if none
   int64_t index = -1;         // their index in the row's positions
   double diff_there = 0;
+  double kl_mean = 0;         // mean KL(reference || shown) over the row's shown positions
 };
-ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance);
+// With `max_kl` (an approximate target judged by mean KL, Tolerances::max_kl), a row is over when
+// its mean KL is: first_over is then its first position whose own KL is over max_kl (its first
+// position if none alone is), and diff_there that KL.
+ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance, std::optional<double> max_kl = std::nullopt);
 // The churn row's seed: verify and conform run the same plan every time.
 inline constexpr uint64_t kChurnSeed = 36;
 inline constexpr int64_t kChurnOps = 200, kChurnLive = 8;
