@@ -96,10 +96,12 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
   const Reference fref = fopts.tokens == opts.tokens ? ref : ref.prefix(fopts.tokens);
 
   // Every control and fault is one run; the controls (longest) first, then the faults in order.
-  const size_t runs = controls.size() + faults.size();
+  const size_t runs = controls.size() + faults.size(), B = io.beside.size();
   std::vector<EquivalenceResult> results(runs);
   std::atomic<size_t> faults_done{0};
-  run_in_parallel(runs, io.workers > 0 ? io.workers : default_workers(opts.prompt.device()), [&](size_t i) {
+  run_in_parallel(runs + B, io.workers > 0 ? io.workers : default_workers(opts.prompt.device()), [&](size_t job) {
+    if (job >= controls.size() && job < controls.size() + B) return io.beside[job - controls.size()]();
+    const size_t i = job < controls.size() ? job : job - B;
     if (i < controls.size()) {
       say("negative control: " + controls[i]->name);
       ModelTarget target(model, *controls[i]);

@@ -231,7 +231,9 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   const Reference ref = guessed.finish();
 
   // Phase 2: batch 1, every production cache (the negative controls) at the seed's 600 tokens, and
-  // every fault through the rows that must catch it at context + 16 tokens.
+  // every fault through the rows that must catch it at context + 16 tokens; beside them in the same
+  // pool, each low-precision cache's logit rows at the main run's length (judged by its KL budget)
+  // and the goldens that reuse the reference's uncached run.
   InjectionOptions io;
   io.controls = production;
   io.reference = &ref;
@@ -241,12 +243,6 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   // for show at once; rollback keeps crossing the window's edge, where its past-window fault shows).
   io.fault_tokens = std::min(o.tokens, fx.model->config().context + 16);
   io.fault_side_tokens = 48;
-  rep.matrix = run_injection(fx.model, opts, faults, io, say);
-  for (const auto& c : rep.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
-  if (!faults.empty()) rep.rows.push_back(matrix_row(rep.matrix));
-
-  // Phase 3: each low-precision cache's logit rows at the main run's length, judged by its KL budget,
-  // and the goldens that reuse the reference's uncached run.
   const auto budgeted = cache_registry().budgeted(/*faults=*/false);
   std::vector<std::string> budget_names;
   for (const char* n : kBudgetRows)
@@ -254,27 +250,30 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   const size_t B = budget_names.empty() ? 0 : budgeted.size();
   rep.budgeted.resize(B);
   rep.kv.resize(B);
-  std::vector<size_t> late_goldens;
+  for (size_t job = 0; job < B; ++job)
+    io.beside.push_back([&, job] {
+      const CacheVariant* v = budgeted[job];
+      ModelTarget target(fx.model, *v);
+      rep.budgeted[job] = run_checks(fx.model, judged_as(opts, *v), target, budget_names, &ref);
+      // The second reference: the same arithmetic with an fp32 cache (the series' cache at its kernels).
+      CacheVariant twin = *v;
+      twin.name = v->name + " with an fp32 cache";
+      twin.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
+      twin.make_step = nullptr;
+      twin.kv_budget.reset();
+      ModelTarget fp32(fx.model, twin);
+      rep.kv[job] = kv_cost_of(v->name, "f32", forced_logits(target, opts.prompt, opts.tokens, ref),
+                               forced_logits(fp32, opts.prompt, opts.tokens, ref), ref, opts.prompt.size(1), *v->kv_budget, 0,
+                               kLogitTolerance);
+      say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
+    });
   if (rep.goldens_found)
     for (size_t k = 0; k < production.size(); ++k)
-      if (production[k]->name == kSeriesCache) late_goldens.push_back(k);
-  run_in_parallel(B + late_goldens.size(), workers, [&](size_t job) {
-    if (job >= B) return goldens(late_goldens[job - B], reuse ? &ref : nullptr);
-    const CacheVariant* v = budgeted[job];
-    ModelTarget target(fx.model, *v);
-    rep.budgeted[job] = run_checks(fx.model, judged_as(opts, *v), target, budget_names, &ref);
-    // The second reference: the same arithmetic with an fp32 cache (the series' cache at its kernels).
-    CacheVariant twin = *v;
-    twin.name = v->name + " with an fp32 cache";
-    twin.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
-    twin.make_step = nullptr;
-    twin.kv_budget.reset();
-    ModelTarget fp32(fx.model, twin);
-    rep.kv[job] = kv_cost_of(v->name, "f32", forced_logits(target, opts.prompt, opts.tokens, ref),
-                             forced_logits(fp32, opts.prompt, opts.tokens, ref), ref, opts.prompt.size(1), *v->kv_budget, 0,
-                             kLogitTolerance);
-    say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
-  });
+      if (production[k]->name == kSeriesCache) io.beside.push_back([&, k] { goldens(k, reuse ? &ref : nullptr); });
+  rep.matrix = run_injection(fx.model, opts, faults, io, say);
+  for (const auto& c : rep.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
+  if (!faults.empty()) rep.rows.push_back(matrix_row(rep.matrix));
+
   for (size_t k : {0, 1})  // every batch row first, then every golden row
     for (size_t i = k; i < parts.size(); i += 2) rep.rows.insert(rep.rows.end(), parts[i].begin(), parts[i].end());
   for (size_t b = 0; b < B; ++b) rep.rows.push_back(budget_row(rep.budgeted[b], *budgeted[b], rep.kv[b]));

@@ -84,6 +84,10 @@ struct InjectionOptions {
   // has its own cache and generators: the worker count changes no figure. The intra-op threads
   // per run can, in the last bits (LibTorch's reductions split by thread count).
   int workers = 0;
+  // Other jobs for the same pool (verify's: the budgeted caches, the goldens that reuse the
+  // reference), run after the controls and before the faults, so no worker waits at the end; each
+  // must share no mutable state with the runs or with the others.
+  std::vector<std::function<void()>> beside;
 };
 
 InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
