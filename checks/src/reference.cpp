@@ -34,6 +34,12 @@ double StepDiffs::kl_mean() const {
 
 double StepDiffs::kl_max() const { return kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end()); }
 
+std::optional<size_t> StepDiffs::first_kl_over(double bound) const {
+  for (size_t i = 0; i < kl.size(); ++i)
+    if (!(kl[i] <= bound)) return i;
+  return std::nullopt;
+}
+
 StepDiffs compare_steps(const at::Tensor& got_in, const at::Tensor& ref, int64_t first_position, double tol) {
   StepDiffs d;
   d.first_position = first_position;

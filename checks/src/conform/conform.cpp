@@ -77,6 +77,14 @@ std::vector<std::string> conform_selection(const std::vector<std::string>& group
   return out;
 }
 
+std::vector<std::string> hello_kv_types(const nlohmann::json& hello) {
+  std::vector<std::string> listed;
+  if (hello.contains("kv_types") && hello["kv_types"].is_array())
+    for (const auto& t : hello["kv_types"])
+      if (t.is_string()) listed.push_back(t.get<std::string>());
+  return listed;
+}
+
 struct LoadedEngine::Impl {
   std::string checkpoint, name, format;
   Checkpoint ck;
@@ -123,10 +131,7 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   json request = {{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}};
   if (!kv_type.empty()) {
     // Each of K and V ("K/V") must be a type the engine lists.
-    std::vector<std::string> listed;
-    if (m.hello.contains("kv_types") && m.hello["kv_types"].is_array())
-      for (const auto& t : m.hello["kv_types"])
-        if (t.is_string()) listed.push_back(t.get<std::string>());
+    const std::vector<std::string> listed = hello_kv_types(m.hello);
     const auto slash = kv_type.find('/');
     for (const std::string& part : {kv_type.substr(0, slash), slash == std::string::npos ? kv_type : kv_type.substr(slash + 1)})
       if (std::find(listed.begin(), listed.end(), part) == listed.end())
@@ -214,22 +219,19 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
     CheckResult row = run_check(def, ctx);
     row.stats["requests"] = static_cast<double>(target.requests() - before);  // the row's cost on the engine
     if (mirror) {  // a low-precision KV type: this row's answers against the same engine with an f32 cache
-      const MirrorTally t = mirror->take();
-      if (!t.kl.empty()) {
-        StepDiffs d;
-        d.kl = t.kl, d.diffs = t.diffs, d.top1 = t.top1;
+      const StepDiffs d = mirror->take();
+      if (!d.kl.empty()) {
         row.stats["kl_mean_vs_f32_cache"] = d.kl_mean();
         row.stats["kl_p99_vs_f32_cache"] = kl_p99(d);
         row.stats["kl_max_vs_f32_cache"] = d.kl_max();
         row.stats["top1_vs_f32_cache"] = d.top1_agreement();
-        row.stats["worst_diff_vs_f32_cache"] = *std::max_element(t.diffs.begin(), t.diffs.end());
+        row.stats["worst_diff_vs_f32_cache"] = *std::max_element(d.diffs.begin(), d.diffs.end());
         if (!(d.kl_mean() <= kv_budget) && row.status == Status::Pass) {
-          size_t first = 0;
-          while (first < t.kl.size() && t.kl[first] <= kv_budget) ++first;
+          const size_t first = d.first_kl_over(kv_budget).value_or(d.kl.size() - 1);
           row.status = Status::Fail;
           row.detail = "mean KL per answer against the same engine with an f32 cache " + sci(d.kl_mean()) + " > the KV budget " +
-                       sci(kv_budget) + " (first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(t.kl.size()) +
-                       ", KL " + sci(t.kl[std::min(first, t.kl.size() - 1)]) + "); " + row.detail;
+                       sci(kv_budget) + " (first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(d.kl.size()) +
+                       ", KL " + sci(d.kl[first]) + "); " + row.detail;
         }
       }
     }
@@ -242,6 +244,21 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
     if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
     rep.rows.push_back(row);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// A second instance of the engine for save-restore's fresh context: the same command started again,
+// greeted and loaded the same way, with the cache type `kv_type`.
+std::function<std::unique_ptr<DecodeTarget>()> second_instances(const ConformOptions& o, const Config& cfg, std::string kv_type) {
+  return [&o, &cfg, kv_type]() -> std::unique_ptr<DecodeTarget> {
+    auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, kv_type);
+    auto t = std::make_unique<RemoteTarget>(second->process(), second->hello(), cfg.vocab_size, cfg.context);
+    t->own(second);
+    return t;
+  };
 }
 
 }  // namespace
@@ -265,12 +282,7 @@ ConformReport run_conform(const ConformOptions& o) {
   EngineProcess& proc = engine.process();
   RemoteTarget target(proc, engine.hello(), cfg.vocab_size, cfg.context);
   // save-restore's fresh context: the same command started again, greeted and loaded the same way.
-  target.set_spawn([&o, &cfg]() -> std::unique_ptr<DecodeTarget> {
-    auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, o.kv_type);
-    auto t = std::make_unique<RemoteTarget>(second->process(), second->hello(), cfg.vocab_size, cfg.context);
-    t->own(second);
-    return t;
-  });
+  target.set_spawn(second_instances(o, cfg, o.kv_type));
   rep.deviations = target.deviations();
   const EquivalenceOptions eo = conform_run_options(o, cfg);
   // A low-precision KV type: the same engine with an f32 cache is sent every request too, and each
@@ -278,18 +290,12 @@ ConformReport run_conform(const ConformOptions& o) {
   std::unique_ptr<LoadedEngine> base_engine;
   std::unique_ptr<RemoteTarget> base_target;
   std::unique_ptr<MirrorTarget> mirror;
-  const auto& kv_types = engine.hello().contains("kv_types") ? engine.hello()["kv_types"] : nlohmann::json::array();
-  if (!o.kv_type.empty() && o.kv_type != "f32" && kv_types.is_array() &&
-      std::find(kv_types.begin(), kv_types.end(), nlohmann::json("f32")) != kv_types.end()) {
+  const std::vector<std::string> kv_types = hello_kv_types(engine.hello());
+  if (!o.kv_type.empty() && o.kv_type != "f32" && std::find(kv_types.begin(), kv_types.end(), "f32") != kv_types.end()) {
     say("the baseline: the same engine with an f32 cache, sent every request");
     base_engine = std::make_unique<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, "f32");
     base_target = std::make_unique<RemoteTarget>(base_engine->process(), base_engine->hello(), cfg.vocab_size, cfg.context);
-    base_target->set_spawn([&o, &cfg]() -> std::unique_ptr<DecodeTarget> {
-      auto second = std::make_shared<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, "f32");
-      auto t = std::make_unique<RemoteTarget>(second->process(), second->hello(), cfg.vocab_size, cfg.context);
-      t->own(second);
-      return t;
-    });
+    base_target->set_spawn(second_instances(o, cfg, "f32"));
     mirror = std::make_unique<MirrorTarget>(target, *base_target);
   }
   DecodeTarget& judged = mirror ? static_cast<DecodeTarget&>(*mirror) : target;

@@ -23,9 +23,8 @@ double kl_p99(const StepDiffs& d) {
 
 std::optional<int64_t> KvCost::first_over_budget() const {
   const StepDiffs& d = judged();
-  for (size_t i = 0; i < d.kl.size(); ++i)
-    if (!(d.kl[i] <= budget)) return d.first_position + static_cast<int64_t>(i);
-  return std::nullopt;
+  const auto i = d.first_kl_over(budget);
+  return i ? std::optional<int64_t>(d.first_position + static_cast<int64_t>(*i)) : std::nullopt;
 }
 
 bool KvCost::passed() const {
@@ -77,10 +76,7 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };
-  std::vector<std::string> listed;
-  if (hello.contains("kv_types") && hello["kv_types"].is_array())
-    for (const auto& t : hello["kv_types"])
-      if (t.is_string()) listed.push_back(t.get<std::string>());
+  const std::vector<std::string> listed = hello_kv_types(hello);
   const std::string baseline = std::find(listed.begin(), listed.end(), "f32") != listed.end() ? "f32" : "";
   std::vector<std::string> types;
   if (!o.kv_type.empty()) types.push_back(o.kv_type);

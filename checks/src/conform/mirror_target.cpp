@@ -16,26 +16,21 @@ MirrorTarget::MirrorTarget(std::unique_ptr<DecodeTarget> main, std::unique_ptr<D
 
 MirrorTarget::~MirrorTarget() = default;
 
-MirrorTally MirrorTarget::take() {
-  MirrorTally t = std::move(shared_->tally);
+StepDiffs MirrorTarget::take() {
+  StepDiffs t = std::move(shared_->tally);
   shared_->tally = {};
   return t;
 }
 
 void MirrorTarget::compare(const at::Tensor& got_in, const at::Tensor& base_in) {
-  const at::Tensor got = got_in.to(at::kCPU).to(at::kDouble).reshape({-1, got_in.size(-1)});   // (R, V)
-  const at::Tensor base = base_in.to(at::kCPU).to(at::kDouble).reshape({-1, base_in.size(-1)});  // (R, V)
+  const at::Tensor got = got_in.to(at::kCPU).reshape({1, -1, got_in.size(-1)});    // (1, R, V): each row a step
+  const at::Tensor base = base_in.to(at::kCPU).reshape({1, -1, base_in.size(-1)});  // (1, R, V)
   if (got.sizes() != base.sizes()) return;  // a wrong shape is the main target's check to fail
-  const at::Tensor lb = base.log_softmax(-1), lg = got.log_softmax(-1);
-  const at::Tensor kl = (lb.exp() * (lb - lg)).sum(-1).contiguous();    // (R)
-  const at::Tensor diff = (got - base).abs().amax(-1).contiguous();     // (R)
-  const at::Tensor same = (got.argmax(-1) == base.argmax(-1)).contiguous();
-  for (int64_t r = 0; r < got.size(0); ++r) {
-    const double k = kl[r].item<double>(), d = diff[r].item<double>();
-    shared_->tally.kl.push_back(std::isnan(k) ? std::numeric_limits<double>::infinity() : k);
-    shared_->tally.diffs.push_back(std::isnan(d) ? std::numeric_limits<double>::infinity() : d);
-    shared_->tally.top1.push_back(same[r].item<bool>());
-  }
+  const StepDiffs d = compare_steps(got, base, 0, std::numeric_limits<double>::infinity());
+  StepDiffs& t = shared_->tally;
+  t.kl.insert(t.kl.end(), d.kl.begin(), d.kl.end());
+  t.diffs.insert(t.diffs.end(), d.diffs.begin(), d.diffs.end());
+  t.top1.insert(t.top1.end(), d.top1.begin(), d.top1.end());
 }
 
 int64_t MirrorTarget::base_row(int64_t row) const {

@@ -11,16 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "tinygpt/checks/reference.h"
 #include "tinygpt/checks/target.h"
 
 namespace tinygpt::checks {
-
-// The answers compared since the last take(): per answer row, KL(baseline || main), max |diff|, and
-// whether the argmax agrees.
-struct MirrorTally {
-  std::vector<double> kl, diffs;
-  std::vector<bool> top1;
-};
 
 class MirrorTarget final : public DecodeTarget {
  public:
@@ -28,8 +22,9 @@ class MirrorTarget final : public DecodeTarget {
   MirrorTarget(DecodeTarget& main, DecodeTarget& baseline);
   ~MirrorTarget() override;
 
-  // The comparisons since the last take(), cleared.
-  MirrorTally take();
+  // The answers compared since the last take(), cleared: one "step" per answer row (KL(baseline ||
+  // main), max |diff|, whether the argmax agrees), in the order they came.
+  StepDiffs take();
 
   std::string name() const override { return main_->name(); }
   int64_t context() const override { return main_->context(); }
@@ -57,7 +52,7 @@ class MirrorTarget final : public DecodeTarget {
 
  private:
   struct Shared {
-    MirrorTally tally;
+    StepDiffs tally;
     std::map<std::string, std::string> states;  // the main target's saved state -> the baseline's
   };
   MirrorTarget(std::unique_ptr<DecodeTarget> main, std::unique_ptr<DecodeTarget> baseline, std::shared_ptr<Shared> shared);

@@ -341,25 +341,20 @@ ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance, st
   // What was shown while the row was a plain sequence, against the band reference of it; the rest
   // against the reference's shifted entries, as recorded.
   const std::vector<at::Tensor> want = references_of(model, row);
-  const at::Tensor got = at::stack(row.logits, 0), ref = at::stack(want, 0);  // (shown, V)
-  const at::Tensor diff = (got - ref).abs().amax(1);                          // (shown)
-  v.worst = diff.max().item<double>();
-  const at::Tensor lr = ref.to(at::kDouble).log_softmax(-1), lg = got.to(at::kDouble).log_softmax(-1);
-  const at::Tensor kl = (lr.exp() * (lr - lg)).sum(-1).contiguous();  // (shown)
-  v.kl_mean = kl.mean().item<double>();
+  // Each shown position as a step of one row: |diff| and KL per position.
+  const StepDiffs d = compare_steps(at::stack(row.logits, 0).unsqueeze(0), at::stack(want, 0).unsqueeze(0), 0, tolerance);
+  v.worst = *std::max_element(d.diffs.begin(), d.diffs.end());
+  v.kl_mean = d.kl_mean();
   if (max_kl) {
     if (!(v.kl_mean <= *max_kl)) {
-      int64_t i = 0;
-      while (i < kl.size(0) && kl[i].item<double>() <= *max_kl) ++i;
-      if (i == kl.size(0)) i = 0;
-      v.index = i, v.first_over = row.positions[static_cast<size_t>(i)], v.diff_there = kl[i].item<double>();
+      const size_t i = d.first_kl_over(*max_kl).value_or(0);
+      v.index = static_cast<int64_t>(i), v.first_over = row.positions[i], v.diff_there = d.kl[i];
     }
     return v;
   }
-  for (size_t i = 0; i < row.positions.size(); ++i) {
-    const double d = diff[static_cast<int64_t>(i)].item<double>();
-    if (std::isnan(d)) v.worst = INFINITY;
-    if (!(d <= tolerance) && v.index < 0) v.first_over = row.positions[i], v.index = static_cast<int64_t>(i), v.diff_there = d;
+  if (d.first_position_over) {  // a NaN |diff| is infinite here: over
+    const auto i = static_cast<size_t>(*d.first_position_over);
+    v.first_over = row.positions[i], v.index = static_cast<int64_t>(i), v.diff_there = d.diffs[i];
   }
   return v;
 }

@@ -92,17 +92,15 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
     // An approximate target judged by mean KL (--max-kl): the shift's steps by their mean KL, the
     // first step whose own KL is over named.
     if (const auto max_kl = c.tol().max_kl) {
-      const at::Tensor lr = wants.to(at::kDouble).log_softmax(-1), lg = at::stack(gots, 0).to(at::kDouble).log_softmax(-1);
-      const at::Tensor kl = (lr.exp() * (lr - lg)).sum(-1).contiguous();  // (steps)
-      const double mean = kl.mean().item<double>();
+      const StepDiffs kl = compare_steps(at::stack(gots, 0).unsqueeze(0), wants.unsqueeze(0), pos, bound);  // per step
+      const double mean = kl.kl_mean();
       if (!(mean <= *max_kl)) {
-        int64_t j = 0;
-        while (j < steps - 1 && kl[j].item<double>() <= *max_kl) ++j;
+        const size_t j = kl.first_kl_over(*max_kl).value_or(static_cast<size_t>(steps) - 1);
         set_result(r, false, "after shift " + std::to_string(k + 1) + " (keep " + std::to_string(kKeep) + ", drop " + std::to_string(discard) +
                                  "): mean KL " + sci(mean) + " from the re-rotated reference over " + std::to_string(steps) + " steps > " +
-                                 sci(*max_kl) + ", first over it at step " + std::to_string(j + 1) + " (KL " + sci(kl[j].item<double>()) + ")");
+                                 sci(*max_kl) + ", first over it at step " + std::to_string(j + 1) + " (KL " + sci(kl.kl[j]) + ")");
         r.figure = mean;
-        r.stats["first_over"] = static_cast<double>(pos + j);
+        r.stats["first_over"] = static_cast<double>(pos + static_cast<int64_t>(j));
         return;
       }
       r.stats["kl_after_shift_" + std::to_string(k + 1)] = mean;

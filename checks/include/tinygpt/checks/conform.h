@@ -85,6 +85,9 @@ std::vector<std::string> conform_selection(const std::vector<std::string>& group
 
 class EngineProcess;
 
+// The KV cache types an engine's hello lists in "kv_types" (empty when it lists none).
+std::vector<std::string> hello_kv_types(const nlohmann::json& hello);
+
 // An engine started, greeted (hello, protocol 2 offered) and loaded with a checkpoint written in the
 // first format it names that we write; our model loaded from the same checkpoint. What conform and
 // `tinygpt bench --vs-engine` start from. Throws EngineUnusable when any of that fails; the

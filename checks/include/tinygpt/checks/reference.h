@@ -102,6 +102,8 @@ struct StepDiffs {
   double top1_agreement() const;  // share of steps whose argmax agrees (1 when none compared)
   double kl_mean() const;
   double kl_max() const;
+  // The index of the first step whose KL is over `bound` (a NaN one counts as over), if any.
+  std::optional<size_t> first_kl_over(double bound) const;
 };
 
 // top1 - top2 of each row of (B, V) logits, min over rows.
