@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tinygpt/blas.h"
+#include "tinygpt/kernels.h"
 
 namespace tinygpt::cli {
 
@@ -32,6 +33,9 @@ std::string wanted_core(const BlasInfo& blas, std::string& why) {
       std::exit(2);
     }
     why = "TINYGPT_BLAS_CORE";
+    // OpenBLAS chose that core itself (a fallback it takes on this CPU): nothing to change, but the
+    // reports still say who asked for it.
+    if (choice == blas.core) setenv("TINYGPT_BLAS_NOTE", why.c_str(), 1);
     return choice == blas.core ? "" : choice;
   }
   if (choice.empty() && set_in_environment("OPENBLAS_CORETYPE")) return "";
@@ -57,7 +61,15 @@ void prepare_process(int argc, char** argv) {
     unsetenv("TINYGPT_PREPARED");
     const char* note = std::getenv("TINYGPT_BLAS_NOTE");
     const char* core = std::getenv("OPENBLAS_CORETYPE");
-    if (note && std::string(note).rfind("tinygpt:", 0) == 0 && core) std::fprintf(stderr, "%s: running with its %s kernels\n", note, core);
+    // Said only when the run goes on: a bad TINYGPT_KERNELS is refused in its one line (main).
+    bool kernels_ok = true;
+    try {
+      kernel_path();
+    } catch (const std::exception&) {
+      kernels_ok = false;
+    }
+    if (kernels_ok && note && std::string(note).rfind("tinygpt:", 0) == 0 && core)
+      std::fprintf(stderr, "%s: running with its %s kernels\n", note, core);
     return;
   }
   if (argc < 2 || !runs_the_model(argv[1])) return;
