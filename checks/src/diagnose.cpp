@@ -49,6 +49,10 @@ struct Seen {
   std::set<std::string> failing;
   std::map<std::string, int64_t> first;  // row -> first position over its bound
   std::map<std::string, double> size;    // row -> the |diff| there
+  std::map<std::string, int64_t> own;    // row -> that position in the engine's frame, where it differs (long-prompt)
+  std::map<std::string, double> worst;   // row -> its largest |diff| (how the error grew after the first)
+  std::map<std::string, double> kl;      // row -> its mean KL
+  std::map<std::string, int64_t> worst_at;  // row -> where its |diff| peaks
 };
 
 Seen seen_in(const std::vector<CheckResult>& rows) {
@@ -58,8 +62,16 @@ Seen seen_in(const std::vector<CheckResult>& rows) {
     s.failing.insert(r.name);
     const auto it = r.stats.find("first_over");
     if (it != r.stats.end()) s.first[r.name] = static_cast<int64_t>(it->second);
+    const auto eng = r.stats.find("first_over_engine");
+    if (eng != r.stats.end()) s.own[r.name] = static_cast<int64_t>(eng->second);
     const auto sz = r.stats.find("first_over_diff");
     if (sz != r.stats.end()) s.size[r.name] = sz->second;
+    const auto w = r.stats.find("max_abs_diff");
+    if (w != r.stats.end()) s.worst[r.name] = w->second;
+    const auto wa = r.stats.find("worst_at");
+    if (wa != r.stats.end()) s.worst_at[r.name] = static_cast<int64_t>(wa->second);
+    const auto kl = r.stats.find("kl_mean");
+    if (kl != r.stats.end()) s.kl[r.name] = kl->second;
   }
   return s;
 }
@@ -67,7 +79,9 @@ Seen seen_in(const std::vector<CheckResult>& rows) {
 std::string positions(const Seen& s, const std::vector<std::string>& order) {
   std::string out;
   for (const auto& n : order)
-    if (s.first.count(n)) out += (out.empty() ? "" : ", ") + n + " " + std::to_string(s.first.at(n));
+    if (s.first.count(n))
+      out += (out.empty() ? "" : ", ") + n + " " + std::to_string(s.first.at(n)) +
+             (s.own.count(n) ? " (the engine's " + std::to_string(s.own.at(n)) + ")" : "");
   return out;
 }
 
@@ -115,16 +129,39 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   int best = -1000;
   size_t closest = faults.size();
   std::vector<std::pair<double, std::string>> same_rows;  // how far the |diff| there is (log ratio), fault
+  std::vector<std::string> unplaced;  // the same rows fail, but no row names a position to match by
   for (size_t i = 0; i < faults.size(); ++i) {
     const Seen& g = got[i];
     bool same = g.failing == engine.failing;
+    // How far the fault's figures are from the engine's, as a log ratio: the |diff| where the row
+    // first parts, and how the error grows after it - the row's worst |diff| and its mean KL (which
+    // goes as a |diff| squared, so half its log ratio). Two faults that break the same step alike can
+    // grow apart: a cache one entry short stays near its first error, one never trimmed keeps growing.
     double far = 0;
+    auto apart = [&](const std::map<std::string, double>& a, const std::map<std::string, double>& b, const std::string& n,
+                     double weight) {
+      if (a.count(n) && b.count(n) && a.at(n) > 0 && b.at(n) > 0) far = std::max(far, weight * std::abs(std::log(a.at(n) / b.at(n))));
+    };
+    int placed = 0;  // failing rows where both name the position they part at: the evidence of a match
     for (const auto& [n, p] : engine.first) {
       if (g.first.count(n) && g.first.at(n) != p) same = false;
-      if (g.size.count(n) && engine.size.count(n) && g.size.at(n) > 0 && engine.size.at(n) > 0)
-        far = std::max(far, std::abs(std::log(g.size.at(n) / engine.size.at(n))));
+      if (g.first.count(n)) ++placed;
+      apart(g.size, engine.size, n, 1.0);
+      apart(g.worst, engine.worst, n, 1.0);
+      apart(g.kl, engine.kl, n, 0.5);
+      // Where the error peaks, when it grew well past its first |diff| on both (a peak, not noise):
+      // a cache that keeps the prompt's first tokens peaks soon after the window, one never trimmed
+      // keeps growing to the end, at like sizes.
+      auto grew = [&](const Seen& x) {
+        return x.worst.count(n) && x.size.count(n) && x.worst_at.count(n) && x.worst.at(n) > 2 * x.size.at(n);
+      };
+      if (grew(g) && grew(engine)) {
+        const int64_t e_at = engine.worst_at.at(n), slack = std::max<int64_t>(4, (e_at - p) / 3);
+        if (std::abs(g.worst_at.at(n) - e_at) > slack) far = std::max(far, 1e9);
+      }
     }
-    if (same) same_rows.emplace_back(far, faults[i]->name);
+    if (same && placed == 0) unplaced.push_back(faults[i]->name);
+    else if (same) same_rows.emplace_back(far, faults[i]->name);
     int overlap = 0;  // rows both fail, less the rows only one of them fails
     for (const auto& n : g.failing) overlap += engine.failing.count(n) ? 1 : -1;
     for (const auto& n : engine.failing) overlap -= g.failing.count(n) ? 0 : 1;
@@ -142,7 +179,7 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   if (!d.matches.empty()) {
     const std::string& m = d.matches.front();
     const auto it = remedies().find(m);
-    d.text += "match the fault " + m + " on our model: the same rows fail, first at the same positions, by a like |diff|; " +
+    d.text += "match the fault " + m + " on our model: the same rows fail, first at the same positions, by a like |diff| there and at their worst; " +
               (it != remedies().end() ? it->second : cache_registry().get(m).description);
     if (d.matches.size() > 1) {
       d.text += " (also failing these rows at these positions, by a |diff| further from the engine's: " +
@@ -151,8 +188,14 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   } else if (!resembling.empty()) {
     d.closest = resembling.front();
     d.text += "match no known fault: " + join(resembling) + " fail" + (resembling.size() > 1 ? "" : "s") +
-              " these rows first at these positions on our model, but by a |diff| more than " + std::to_string(int(kFactor)) +
-              " times the engine's there (another bug breaking the same step)";
+              " these rows first at these positions on our model, but the error grows otherwise (a |diff| there or at the row's "
+              "worst more than " + std::to_string(int(kFactor)) + " times from the engine's, or the worst at another "
+              "position): another bug breaking the same step";
+  } else if (!unplaced.empty()) {
+    d.closest = unplaced.front();
+    d.text += "match no known fault for certain: " + join(unplaced) + " fail" + (unplaced.size() > 1 ? "" : "s") +
+              " the same rows on our model, but neither side names a position where they part, so nothing tells them "
+              "apart (another bug of the same operation, or that one)";
   } else {
     d.text += "match no known fault";
     if (closest < faults.size()) {

@@ -567,7 +567,9 @@ TEST_F(Harness, ChunkedPrefillPassesOurCachesAndFailsAChunkThatLosesAToken) {
   ChunkLosesItsFirstToken bad(model, cache_registry().get("static"));
   const auto r = run_checks(model, opts, bad, {check::kChunkedPrefill});
   EXPECT_EQ(r.checks[0].status, Status::Fail) << r.checks[0].detail;
-  EXPECT_NE(r.checks[0].detail.find("one-pass prefill"), std::string::npos) << r.checks[0].detail;
+  // Judged at each chunk's end against the reference first: the row names where the chunking parts.
+  EXPECT_NE(r.checks[0].detail.find("at each chunk's end: first over"), std::string::npos) << r.checks[0].detail;
+  EXPECT_TRUE(r.checks[0].stats.count("first_over")) << r.checks[0].detail;
   // A target without the operation is skipped, saying so.
   CacheVariant ring;
   ring.name = "ring";

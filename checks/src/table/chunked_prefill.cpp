@@ -73,11 +73,18 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
       s.seq.insert(s.seq.end(), chunk.begin(), chunk.end());
       s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.extend_row(row, chunk));
     }
+    // Each chunk's last logits against the reference first: where a chunking parts, and how the
+    // error goes on over the later chunks (what a diagnosis tells two chunking bugs apart by).
+    if (!judge_seen(c, r, s, what + ", at each chunk's end")) return;
     const double d = (s.logits.back() - one_pass).abs().max().item<double>();
     worst_vs_one_pass = std::max(worst_vs_one_pass, d);
-    if (!(d <= c.tol().logits))
+    if (!(d <= c.tol().logits)) {
+      // Where it parts, for a diagnosis: the prompt's last position, by this |diff|.
+      r.stats["first_over"] = static_cast<double>(n.prompt - 1);
+      r.stats["first_over_diff"] = r.stats["max_abs_diff"] = d;
       return set_result(r, false, what + ": the prompt's last logits differ from the one-pass prefill by " + sci(d) + " > " +
                                       sci(c.tol().logits));
+    }
     decode_seen(c.target, row, n.decode_after, s);
     if (!judge_seen(c, r, s, what)) return;
   }

@@ -405,6 +405,9 @@ void churn_check(CheckContext& c, CheckResult& r) {
     std::string just;
     for (int64_t i = std::max<int64_t>(0, op - 3); i < op; ++i) just += std::to_string(i + 1) + " `" + to_string(plan[static_cast<size_t>(i)]) + "`, ";
     r.figure = v.diff_there;
+    r.stats["first_over"] = static_cast<double>(v.first_over);  // what a diagnosis matches by
+    r.stats["first_over_diff"] = v.diff_there;
+    r.stats["max_abs_diff"] = v.worst;
     const std::string off = c.tol().max_kl ? "mean KL " + sci(v.kl_mean) + " > " + sci(*c.tol().max_kl) + ", first over it at position " +
                                                  std::to_string(v.first_over) + " (KL " + sci(v.diff_there) + ")"
                                            : "position " + std::to_string(v.first_over) + " off by " + sci(v.diff_there) + " > " + sci(c.tol().logits);

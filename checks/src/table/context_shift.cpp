@@ -118,6 +118,11 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
         r.figure = d;
         r.stats["first_over"] = static_cast<double>(pos - 1);  // the position of the token whose logits parted
         r.stats["first_over_diff"] = d;
+        // How the error goes on over this shift's steps, for a diagnosis: its worst, where, its mean KL.
+        const StepDiffs all = compare_steps(at::stack(gots, 0).unsqueeze(0), wants.unsqueeze(0), pos - 1 - j, bound);
+        r.stats["max_abs_diff"] = all.worst;
+        r.stats["worst_at"] = static_cast<double>(all.worst_position);
+        r.stats["kl_mean"] = all.kl_mean();
         return;
       }
     }

@@ -33,6 +33,7 @@ void add_stats(CheckResult& r, const StepDiffs& d) {
   r.stats["top1_agreement"] = d.top1_agreement();
   r.stats["kl_mean"] = d.kl_mean();
   r.stats["kl_max"] = d.kl_max();
+  if (d.worst_position >= 0) r.stats["worst_at"] = static_cast<double>(d.worst_position);
   if (d.first_top1_parting) r.stats["margin_at_top1_parting"] = d.margin_at_parting;
   // Where the comparison first went over its bound: what a diagnosis matches faults by (diagnose.h).
   if (d.first_position_over) {
@@ -97,7 +98,7 @@ StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logit
   const bool band_ok = within(r, band, t, tol);
   if (!full_ok) {
     set(r, false, "vs full forward: " + describe_steps(full, tol, ref.full) + "; " + stats_line(full));
-    for (const char* k : {"first_over", "first_over_diff"})
+    for (const char* k : {"first_over", "first_over_diff", "worst_at"})
       if (scratch.stats.count(k)) r.stats[k] = scratch.stats[k];
   } else {
     set(r, band_ok, "vs banded reference: " + describe_steps(band, tol, ref.band) + "; " + stats_line(band));
@@ -110,10 +111,12 @@ StepDiffs judge_positions(CheckResult& r, const Tolerances& t, const at::Tensor&
   const StepDiffs d = compare_steps(got, ref, 0, t.logits);
   const bool ok = within(r, d, t, t.logits);
   auto at = [&](int64_t i) { return positions.at(static_cast<size_t>(i)); };
+  if (d.worst_position >= 0) r.stats["worst_at"] = static_cast<double>(at(d.worst_position));
   std::string where;
   if (d.first_position_over) {
     const int64_t i = *d.first_position_over;
     r.stats["first_over"] = static_cast<double>(at(i));
+    r.stats["first_over_diff"] = d.diffs[static_cast<size_t>(i)];
     where = "first over " + sci(t.logits) + " at position " + std::to_string(at(i)) + " (|diff| " + sci(d.diffs[i]) +
             ", top-2 margin there " + sci(top2_margin(ref.select(1, i))) + ")";
   } else {
@@ -200,7 +203,7 @@ void teacher_forced_check(CheckContext& c, CheckResult& r) {
   const bool band_ok = within(r, c.out.forced_band, c.tol(), tol);
   if (!full_ok) {
     set(r, false, "vs full forward: " + describe_steps(c.out.forced_full, tol, ref.steps.full));
-    for (const char* k : {"first_over", "first_over_diff"})
+    for (const char* k : {"first_over", "first_over_diff", "worst_at"})
       if (scratch.stats.count(k)) r.stats[k] = scratch.stats[k];
   } else {
     set(r, band_ok, "vs banded reference: " + describe_steps(c.out.forced_band, tol, ref.steps.band));
@@ -254,6 +257,15 @@ void long_prompt_check(CheckContext& c, CheckResult& r) {
   judge_row(r, c.tol(), run.logits, reference_for(c.model, run.seq.to(prompt.device()), prompt.size(1), c.opts.long_tokens),
         prompt.size(1));
   r.detail = std::to_string(prompt.size(1)) + "-token prompt, " + r.detail;
+  // Positions above are the prompt's own; the engine prefilled its last ctx ids at 0..ctx-1 (SPEC 4),
+  // so it numbers every one of them long_extra lower: a user reading its logs needs both.
+  const auto over = r.stats.find("first_over");
+  if (over != r.stats.end()) {
+    const int64_t shift = prompt.size(1) - ctx, at = static_cast<int64_t>(over->second);
+    r.stats["first_over_engine"] = static_cast<double>(at - shift);
+    r.detail += " (prompt position " + std::to_string(at) + " is the engine's " + std::to_string(at - shift) +
+                ": it sees the prompt's last " + std::to_string(ctx) + " ids at 0.." + std::to_string(ctx - 1) + ")";
+  }
 }
 
 // 8. Rows of different prompts in one batch: each row against its own sequence alone (batch 1)

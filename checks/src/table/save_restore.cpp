@@ -20,19 +20,27 @@ namespace {
 
 constexpr int64_t kAfter = 16;  // steps each restored row continues
 
-// Feeds `row` the saved run's tokens after step `from` and returns the largest |diff| between its
-// logits and the saved run's at the same steps, with the first step over the bound (-1: none).
-std::pair<double, int64_t> continue_as(DecodeTarget& t, int64_t row, const RowRun& saved, int64_t from, double bound) {
+// How a restored row went on against the saved run: the largest |diff| and the step it peaks at,
+// the first step over the bound (-1: none) and the |diff| there.
+struct Continued {
   double worst = 0;
+  int64_t worst_step = 0;
   int64_t first_over = -1;
+  double diff_there = 0;
+};
+
+// Feeds `row` the saved run's tokens after step `from`, comparing its logits with the saved run's at
+// the same steps.
+Continued continue_as(DecodeTarget& t, int64_t row, const RowRun& saved, int64_t from, double bound) {
+  Continued out;
   for (int64_t j = 0; j < kAfter; ++j) {
     const int64_t id = saved.seq[static_cast<size_t>(saved.prompt + from + j)];
     const at::Tensor got = t.step_rows({row}, {id}).to(at::kCPU)[0];  // (V): predicts the token after id
     const double d = (got - saved.logits[static_cast<size_t>(from + j + 1)]).abs().max().item<double>();
-    worst = std::max(worst, d);
-    if (first_over < 0 && !(d <= bound)) first_over = j;
+    if (d > out.worst) out.worst = d, out.worst_step = j;
+    if (out.first_over < 0 && !(d <= bound)) out.first_over = j, out.diff_there = d;
   }
-  return {worst, first_over};
+  return out;
 }
 
 }  // namespace
@@ -62,9 +70,18 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   const double bound = c.tol().logits;
   double parted = 0;  // the largest |diff| of a restored row from the saved one
   auto judge_on = [&](DecodeTarget& t, int64_t row, size_t k, const std::string& how) {
-    const auto [d, over] = continue_as(t, row, saved, at[k], bound);
+    const Continued went = continue_as(t, row, saved, at[k], bound);
+    const double d = went.worst;
+    const int64_t over = went.first_over;
     parted = std::max(parted, d);
     if (over < 0) return true;
+    // Positions of the fed tokens, for a diagnosis: where it parts, by how much, where it peaks.
+    const int64_t start = saved.prompt + at[k];
+    r.stats["first_over"] = static_cast<double>(start + over);
+    r.stats["first_over_diff"] = went.diff_there;
+    r.stats["max_abs_diff"] = d;
+    r.stats["worst_at"] = static_cast<double>(start + went.worst_step);
+    for (const char* k : {"kl_mean", "kl_max", "top1_agreement"}) r.stats.erase(k);  // the saved row's, not these steps
     set_result(r, false, "restored " + how + " (saved after " + std::to_string(at[k]) + " steps, " +
                              (at[k] + prompt > ctx ? "past" : "inside") + " the window): step " + std::to_string(over + 1) +
                              " after the restore differs from the saved row's own by more than " + sci(bound) + " (worst " + sci(d) + ")");
