@@ -2,7 +2,8 @@
 # The engine table of docs/engines.md, measured: `tinygpt conform` with its defaults (600 tokens,
 # every check) on every engine adapter that is built (ci/engines.sh; --exact for llama.cpp with exact
 # GELU), one at a time, and one Markdown row each with the wall time. Needs build/bin/tinygpt.
-# Usage: bash ci/engine-table.sh [OUT_DIR]   (the JSON reports land there; default build/engine-table)
+# Usage: [ONLY=TEXT] bash ci/engine-table.sh [OUT_DIR]   (the JSON reports land there; default
+# build/engine-table; ONLY runs just the adapters whose label contains TEXT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/engine-table}
@@ -12,6 +13,7 @@ rows=()
 run() {  # label command...
   local label=$1
   shift
+  case "$label" in *"${ONLY:-}"*) ;; *) return 0 ;; esac
   local json="$OUT/$(echo "$label" | tr ' /()' '____').json" start end
   start=$(date +%s.%N)
   "$T" conform --engine "$*" --json "$json" > "$OUT/last.log" 2>&1 || true
@@ -37,12 +39,17 @@ EOF
   echo "engine-table: $label done" >&2
 }
 [ -x .engines/llama.cpp/adapter ] && run "llama.cpp (npm prebuilt)" .engines/llama.cpp/adapter
+[ -x .engines/llama.cpp-0.7/adapter ] && run "llama.cpp 0.7.0 (Debian forky)" engines/forky/run.sh /suite/.engines/llama.cpp-0.7/adapter
 [ -x .engines/llama.cpp-exact/adapter ] && run "llama.cpp with exact GELU" .engines/llama.cpp-exact/adapter
 [ -d .engines/onnxruntime/node_modules ] &&
   TINYGPT_ORT_MODULES=$PWD/.engines/onnxruntime/node_modules run "ONNX Runtime (onnxruntime-node)" /usr/bin/node engines/onnxruntime/adapter.mjs
 if [ -d .engines/transformers.js/node_modules ]; then
   run "transformers.js, its own positions" /usr/bin/node engines/transformers.js/adapter.mjs
   run "transformers.js, positions from the adapter" TINYGPT_TJS_POSITIONS=adapter /usr/bin/node engines/transformers.js/adapter.mjs
+fi
+if [ -f .engines/forky-root/versions.txt ]; then
+  run "transformers, sliding-window cache" engines/transformers/run.sh --cache sliding
+  run "transformers, DynamicCache" engines/transformers/run.sh --cache dynamic
 fi
 run "python reference (python3-torch)" /usr/bin/python3 engines/reference/python_reference.py
 echo "| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |"

@@ -117,5 +117,30 @@ say "transformers.js: $J/node_modules (adapter: engines/transformers.js/adapter.
 # Optional: its tests skip, saying why, when it cannot be made (FORKY=0 leaves it out).
 if [ "${FORKY:-1}" = 1 ]; then
   bash "$ROOT/ci/forky.sh" || say "transformers: the forky chroot could not be made; its tests will skip"
-  [ -f "$OUT/forky-root/versions.txt" ] && say "transformers: engines/transformers/run.sh --cache dynamic|sliding|static ($(sed -n 4p "$OUT/forky-root/versions.txt"))"
+  F=$OUT/forky-root
+  if [ -f "$F/versions.txt" ]; then
+    say "transformers: engines/transformers/run.sh --cache dynamic|sliding|static ($(grep '^python3-transformers ' "$F/versions.txt"))"
+    # llama.cpp 0.7.0 (forky's libllama-dev): the same adapter, compiled here against forky's headers and
+    # library, run inside the chroot (engines/forky/run.sh). Linked with forky's libllama, whose own
+    # dependencies (forky's libstdc++ and glibc) are resolved there at run time, not against this system's.
+    M=$OUT/llama.cpp-0.7
+    if [ -f "$F/usr/include/llama.h" ]; then
+      if [ ! -x "$M/adapter" ] || [ "$ROOT/engines/llama.cpp/adapter.cpp" -nt "$M/adapter" ]; then
+        rm -rf "$M" && mkdir -p "$M/include"
+        for h in "$F"/usr/include/llama*.h "$F"/usr/include/ggml*.h "$F"/usr/include/gguf.h; do ln -s "$h" "$M/include/"; done
+        ver=$(grep '^libllama0 ' "$F/versions.txt" | cut -d' ' -f2)
+        g++ -O2 -std=c++17 -DTINYGPT_LLAMA_VERSION="\"${ver#1:} (Debian forky)\"" -o "$M/adapter" \
+            "$ROOT/engines/llama.cpp/adapter.cpp" -I"$M/include" -L"$F/usr/lib/x86_64-linux-gnu" \
+            -l:libllama.so -l:libggml.so -l:libggml-base.so -ldl -Wl,--allow-shlib-undefined \
+            -Wl,--unresolved-symbols=ignore-in-shared-libs ||
+          { say "llama.cpp 0.7: the adapter did not build against forky's headers"; rm -rf "$M"; }
+      fi
+      [ -x "$M/adapter" ] && say "llama.cpp 0.7: engines/forky/run.sh /suite/.engines/llama.cpp-0.7/adapter"
+    else
+      say "llama.cpp 0.7: forky's libllama-dev is not in the chroot; its tests will skip"
+    fi
+  else
+    say "transformers, llama.cpp 0.7: no forky chroot; their tests will skip"
+  fi
 fi
+exit 0

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Debian forky (the next release, same registry) as a pinned, cached chroot for the engines bookworm
-# lacks: Hugging Face transformers with its PyTorch (python3-transformers, python3-torch). Made once
+# lacks: Hugging Face transformers with its PyTorch (python3-transformers, python3-torch) and llama.cpp
+# 0.7.0 (libllama-dev, llama.cpp-tools: the library and llama-server). Made once
 # into .engines/forky-root (ignored by git) and reused while it is there; the exact versions it got are
 # recorded in .engines/forky-root/versions.txt (forky moves: a test says which it saw).
 # Exits 0 when the chroot is ready; non-zero with one line saying why not (no debootstrap, the
@@ -12,7 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${ROOT:-$PWD/.engines/forky-root}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-PACKAGES="python3-transformers python3-torch"
+# transformers with its PyTorch; llama.cpp 0.7.0's library, headers and tools (llama-server).
+PACKAGES="python3-transformers python3-torch libllama-dev llama.cpp-tools"
+RECORD="python3-transformers python3-torch python3 libllama0 libggml0 llama.cpp-tools"
 say() { echo "forky: $*" >&2; }
 if [ -f "$ROOT/versions.txt" ] && [ "$(head -1 "$ROOT/versions.txt")" = "packages: $PACKAGES" ]; then
   say "ready: $ROOT ($(sed -n 2,3p "$ROOT/versions.txt" | tr '\n' ' '))"
@@ -42,7 +45,7 @@ unshare -m bash -c "mount -t proc proc '$ROOT/proc' && chroot '$ROOT' /usr/bin/e
   { say "installing $PACKAGES in the chroot failed"; exit 1; }
 {
   echo "packages: $PACKAGES"
-  chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}\n' python3-transformers python3-torch python3
+  for p in $RECORD; do chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}\n' "$p"; done
 } > "$ROOT/versions.txt.new"
 mv "$ROOT/versions.txt.new" "$ROOT/versions.txt"
 say "ready: $ROOT ($(sed -n 2,3p "$ROOT/versions.txt" | tr '\n' ' '), $(du -sh "$ROOT" | cut -f1))"

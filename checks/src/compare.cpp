@@ -158,6 +158,8 @@ Comparison compare_reports(const json& old_report, const json& new_report, const
   if (kind_of(new_report) != c.kind)
     throw InputError("compare: " + old_name + " is a " + c.kind + " report and " + new_name + " a " + kind_of(new_report) +
                      " report: compare two reports of the same command");
+  auto engine = [](const json& d) { return d.contains("engine") && d["engine"].is_string() ? d["engine"].get<std::string>() : ""; };
+  c.old_engine = engine(old_report), c.new_engine = engine(new_report);
   auto find = [](const std::vector<std::pair<std::string, Row>>& v, const std::string& n) -> const Row* {
     for (const auto& [k, r] : v)
       if (k == n) return &r;
@@ -184,6 +186,8 @@ Comparison compare_reports(const json& old_report, const json& new_report, const
 
 std::string format_comparison(const Comparison& c, bool all_rows) {
   std::ostringstream s;
+  if (!c.old_engine.empty() || !c.new_engine.empty())
+    s << "engine: " << (c.old_engine.empty() ? "?" : c.old_engine) << " -> " << (c.new_engine.empty() ? "?" : c.new_engine) << "\n";
   size_t w = 3;
   for (const auto& r : c.rows) w = std::max(w, r.row.size());
   int shown = 0;
@@ -211,7 +215,10 @@ nlohmann::json to_json(const Comparison& c) {
   for (const auto& r : c.rows)
     rows.push_back({{"row", r.row}, {"old", r.old_status}, {"new", r.new_status}, {"moved", r.moved}, {"worse", r.worse},
                     {"better", r.better}, {"why", r.why}});
+  json engines = nullptr;
+  if (!c.old_engine.empty() || !c.new_engine.empty()) engines = {{"old", c.old_engine}, {"new", c.new_engine}};
   return {{"kind", c.kind},
+          {"engines", engines},
           {"passed", c.passed()},
           {"worse", c.worse()},
           {"better", c.better()},

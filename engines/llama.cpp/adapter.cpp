@@ -91,6 +91,15 @@ constexpr bool kExactGelu = true;
 #else
 constexpr bool kExactGelu = false;
 #endif
+// The release this adapter was built against: npm's prebuilt 0.4.0 unless the build names another
+// (ci/engines.sh names forky's, e.g. "0.7.0 (Debian forky)").
+#ifdef TINYGPT_LLAMA_VERSION
+constexpr const char* kVersion = TINYGPT_LLAMA_VERSION;
+constexpr const char* kBuild = "";
+#else
+constexpr const char* kVersion = "v0.4.0";
+constexpr const char* kBuild = " (prebuilt)";
+#endif
 
 // The folder of the libllama this program runs with: its CPU backends (one per instruction set) are
 // loaded from there at run time.
@@ -157,7 +166,7 @@ class Engine {
   json hello_fields() const {
     json dev = json::array({"top-k-exact", "rope-angle-recurrence"});
     if (!kExactGelu) dev.push_back("gelu-tanh");
-    std::string name = std::string("llama.cpp v0.4.0") + (kExactGelu ? " with exact GELU" : " (prebuilt)");
+    std::string name = std::string("llama.cpp ") + kVersion + (kExactGelu ? " with exact GELU" : kBuild);
     if (!fault_.empty()) name += " (fault " + fault_ + ")";
     return {{"ok", true}, {"name", name}, {"formats", {"gguf"}}, {"deviations", dev}, {"kv_types", kv_type_names()}};
   }

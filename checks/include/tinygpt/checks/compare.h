@@ -40,6 +40,7 @@ struct Comparison {
   std::string kind;  // "verify", "conform", "equivalence": both reports' kind
   std::vector<RowChange> rows;  // OLD's rows in order, then the rows only NEW has
   CompareOptions options;
+  std::string old_engine, new_engine;  // conform reports: the engines' names as their hello gave them
   int worse() const;
   int better() const;
   bool passed() const { return worse() == 0; }

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""`tinygpt compare` gating a real engine upgrade: llama.cpp 0.4.0 (npm's prebuilt) -> 0.7.0 (Debian
+forky's, in its chroot), the same conform rows on both. The upgrade is judged as a team's CI would: the
+new release's report against the old one's, with a margin on the figures; then the same new release
+with a fault planted in its adapter must be refused, naming the rows it broke.
+
+  engine_upgrade.py TINYGPT WORK_DIR OLD_ENGINE NEW_ENGINE -- CONFORM ARGS...
+Exits 77 (skip) when either engine is missing.
+"""
+import json
+import os
+import subprocess
+import sys
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def main():
+    sep = sys.argv.index("--")
+    tinygpt, work, old_engine, new_engine = sys.argv[1:sep]
+    args = sys.argv[sep + 1:]
+    os.makedirs(work, exist_ok=True)
+
+    def conform(engine, name, fault=""):
+        out = os.path.join(work, name + ".json")
+        env = dict(os.environ, TINYGPT_ENGINE_FAULT=fault)
+        r = subprocess.run([tinygpt, "conform", "--engine", engine, "--json", out] + args, capture_output=True, text=True,
+                           timeout=1500, env=env)
+        print("conform %s%s: exit %d" % (name, " (fault %s)" % fault if fault else "", r.returncode), flush=True)
+        if not os.path.exists(out):
+            print(r.stdout[-3000:] + r.stderr[-3000:])
+            check(False, "conform %s wrote its report" % name)
+            sys.exit(1)
+        return out, r.returncode, json.load(open(out))
+
+    def compare(a, b, *extra):
+        r = subprocess.run([tinygpt, "compare", a, b] + list(extra), capture_output=True, text=True, timeout=120)
+        print(r.stdout + r.stderr, flush=True)
+        return r.returncode, r.stdout + r.stderr
+
+    old, old_rc, old_doc = conform(old_engine, "old")
+    new, new_rc, new_doc = conform(new_engine, "new")
+    print("old: %s\nnew: %s" % (old_doc["engine"], new_doc["engine"]))
+    check("0.4.0" in old_doc["engine"] and "0.7.0" in new_doc["engine"], "the reports name the two releases")
+    check(old_rc == 0 and new_rc == 0, "both releases pass these rows on their own (exit %d, %d)" % (old_rc, new_rc))
+
+    # The gate: no verdict lost, no row dropped, no figure more than twice its old value.
+    rc, out = compare(old, new, "--margin", "1", "--json", os.path.join(work, "upgrade.json"))
+    gate = json.load(open(os.path.join(work, "upgrade.json")))
+    check(gate["engines"]["old"] == old_doc["engine"] and gate["engines"]["new"] == new_doc["engine"],
+          "the comparison names both engines")
+    check(rc == (0 if gate["passed"] else 1), "the exit code is the comparison's verdict (%d)" % rc)
+    check(rc == 0, "the upgrade 0.4.0 -> 0.7.0 passes the gate: no row worse by more than x2")
+    check(any(r["moved"] for r in gate["rows"]), "the figures that moved between releases are reported")
+
+    # The same release with a cache that never trims: the gate refuses it, naming the rows it broke.
+    bad, bad_rc, _ = conform(new_engine, "new-never-trimmed", "never-trimmed")
+    check(bad_rc == 1, "the planted fault fails conform")
+    rc, out = compare(old, bad, "--margin", "1")
+    check(rc == 1, "the gate refuses the release with the planted fault (exit %d)" % rc)
+    worse = [l for l in out.splitlines() if l.startswith("WORSE")]
+    check(any("window-reference" in l and "pass -> fail" in l for l in worse), "it names window-reference, pass -> fail")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
