@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <type_traits>
 
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/parallel_runs.h"
@@ -60,18 +61,16 @@ Seen seen_in(const std::vector<CheckResult>& rows) {
   for (const auto& r : rows) {
     if (!r.failed() || !is_model_check(r.name)) continue;
     s.failing.insert(r.name);
-    const auto it = r.stats.find("first_over");
-    if (it != r.stats.end()) s.first[r.name] = static_cast<int64_t>(it->second);
-    const auto eng = r.stats.find("first_over_engine");
-    if (eng != r.stats.end()) s.own[r.name] = static_cast<int64_t>(eng->second);
-    const auto sz = r.stats.find("first_over_diff");
-    if (sz != r.stats.end()) s.size[r.name] = sz->second;
-    const auto w = r.stats.find("max_abs_diff");
-    if (w != r.stats.end()) s.worst[r.name] = w->second;
-    const auto wa = r.stats.find("worst_at");
-    if (wa != r.stats.end()) s.worst_at[r.name] = static_cast<int64_t>(wa->second);
-    const auto kl = r.stats.find("kl_mean");
-    if (kl != r.stats.end()) s.kl[r.name] = kl->second;
+    auto take = [&](const char* key, auto& into) {  // the row's statistic, where it has one
+      const auto it = r.stats.find(key);
+      if (it != r.stats.end()) into[r.name] = static_cast<typename std::decay_t<decltype(into)>::mapped_type>(it->second);
+    };
+    take("first_over", s.first);
+    take("first_over_engine", s.own);
+    take("first_over_diff", s.size);
+    take("max_abs_diff", s.worst);
+    take("worst_at", s.worst_at);
+    take("kl_mean", s.kl);
   }
   return s;
 }

@@ -12,13 +12,7 @@ import os
 import subprocess
 import sys
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+from compare_reports import check, failures  # the same ok/FAIL lines and the list they fill
 
 
 def main():
