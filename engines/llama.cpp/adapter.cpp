@@ -42,7 +42,8 @@
 // shift-shares-cells (a row's cells shifted where a fork or a reused prefix still shares them: the
 // other sequences' cells move with it); extend-last-token-dropped (a chunk's last cell is not kept:
 // the next token takes its position, as ONNX Runtime GenAI's append-after-generate bug did);
-// state-saved-in-part (a saved state without the row's oldest 16 cells, llama.cpp PR #5840's bug).
+// state-saved-in-part (a saved state without the row's oldest 16 cells, llama.cpp PR #5840's bug);
+// in `sample` with per-row seeds, first-seed-for-every-row (every row's chain seeded with the first's).
 #include <dlfcn.h>
 #include <gguf.h>
 #include <ggml-backend.h>
@@ -71,7 +72,7 @@ namespace {
 const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset", "never-trimmed", "one-entry-too-few",
                                        "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window",
                                        "shift-not-renumbered", "reused-prefix-too-long", "shift-shares-cells",
-                                       "extend-last-token-dropped", "state-saved-in-part"};
+                                       "extend-last-token-dropped", "state-saved-in-part", "first-seed-for-every-row"};
 constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
 constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
 constexpr int kPool = 8;
@@ -154,8 +155,8 @@ class Engine {
     protocol_ = std::min(asked, 3);
     if (asked >= 2) {
       h["protocol"] = std::min(asked, 3);
-      h["operations"] = {"ragged", "join", "fork", "truncate", "bench"};
-      if (asked >= 3) h["operations"] = {"ragged", "join", "fork", "truncate", "bench", "extend", "save", "shift"};
+      h["operations"] = {"ragged", "join", "fork", "truncate", "bench", "row-sampling"};
+      if (asked >= 3) h["operations"] = {"ragged", "join", "fork", "truncate", "bench", "row-sampling", "extend", "save", "shift"};
       h["max_rows"] = kMaxRows;  // one llama sequence per row, and one more for its shadow
     }
     return h;
@@ -527,13 +528,42 @@ class Engine {
             {"decode_s", std::chrono::duration<double>(t2 - t1).count()}, {"ids", out}};
   }
 
+  // `sample`. Without "rows": one chain (temperature, top-k, top-p, dist) seeded once with the request's
+  // seed and shared by the rows, as the protocol says. With "rows" (row-sampling): a chain per row with
+  // its own settings and seed, as llama-server keeps one per slot (no seed: LLAMA_DEFAULT_SEED, random).
   json sample(const json& req) const {
     const auto& rows = req.at("logits");
     const auto& hist = req.value("history", json::array());
-    const double t = req.at("temperature").get<double>(), p = req.at("top_p").get<double>(), r = req.at("penalty").get<double>();
-    const int top_k = req.at("top_k").get<int>(), n = req.at("n").get<int>();
-    const uint32_t seed = static_cast<uint32_t>(req.at("seed").get<int64_t>());
-    // Temperature, top-k, top-p and the draw: one chain, seeded once, shared by the rows.
+    const int n = req.at("n").get<int>();
+    const bool per_row = req.contains("rows");
+    if (per_row && req.at("rows").size() != rows.size()) throw std::runtime_error("one \"rows\" entry per row of logits");
+    llama_sampler* shared = per_row ? nullptr : chain_for(req, static_cast<uint32_t>(req.at("seed").get<int64_t>()));
+    json out = json::array();
+    for (size_t b = 0; b < rows.size(); ++b) {
+      const json& settings = per_row ? req.at("rows")[b] : req;
+      llama_sampler* chain = shared;
+      // planted first-seed-for-every-row: each row's chain seeded with the batch's first row's seed
+      const json& seeded = per_row && fault_ == "first-seed-for-every-row" ? req.at("rows")[0] : settings;
+      if (per_row)
+        chain = chain_for(settings, seeded.contains("seed") ? static_cast<uint32_t>(seeded.at("seed").get<int64_t>()) : LLAMA_DEFAULT_SEED);
+      try {
+        out.push_back(draw_row(rows[b], b < hist.size() ? hist[b].get<std::vector<int>>() : std::vector<int>{},
+                               settings.at("penalty").get<double>(), chain, n));
+      } catch (...) {
+        llama_sampler_free(chain);
+        throw;
+      }
+      if (per_row) llama_sampler_free(chain);
+    }
+    if (shared) llama_sampler_free(shared);
+    return out;
+  }
+
+ private:
+  // Temperature, top-k, top-p and the draw as one chain seeded with `seed` (greedy at temperature 0).
+  static llama_sampler* chain_for(const json& s, uint32_t seed) {
+    const double t = s.at("temperature").get<double>(), p = s.at("top_p").get<double>();
+    const int top_k = s.at("top_k").get<int>();
     llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
     if (t == 0) {
       llama_sampler_chain_add(chain, llama_sampler_init_greedy());
@@ -543,46 +573,38 @@ class Engine {
       if (p < 1) llama_sampler_chain_add(chain, llama_sampler_init_top_p(static_cast<float>(p), 1));
       llama_sampler_chain_add(chain, llama_sampler_init_dist(seed));
     }
-    json out = json::array();
-    for (size_t b = 0; b < rows.size(); ++b) {
-      const auto& row = rows[b];
-      const int V = static_cast<int>(row.size());
-      std::vector<llama_token_data> base(V);
-      for (int v = 0; v < V; ++v) {
-        const auto& x = row[v];
-        base[v] = {v, x.is_string() ? -INFINITY : x.get<float>(), 0.0f};
-      }
-      // The penalty: llama.cpp's penalties sampler over this row's history, applied once.
-      std::vector<int> h;
-      if (b < hist.size()) h = hist[b].get<std::vector<int>>();
-      if (r != 1.0 && !h.empty()) {
-        llama_sampler* pen = llama_sampler_init_penalties(V, static_cast<int32_t>(h.size()), static_cast<float>(r), 0.0f, 0.0f);
-        for (int id : h) llama_sampler_accept(pen, id);
-        llama_token_data_array arr{base.data(), base.size(), -1, false};
-        llama_sampler_apply(pen, &arr);
-        llama_sampler_free(pen);
-        std::vector<llama_token_data> penalised(arr.data, arr.data + arr.size);
-        std::sort(penalised.begin(), penalised.end(), [](const llama_token_data& a, const llama_token_data& c) { return a.id < c.id; });
-        base = penalised;
-      }
-      json ids = json::array();
-      for (int i = 0; i < n; ++i) {
-        std::vector<llama_token_data> cur = base;
-        llama_token_data_array arr{cur.data(), cur.size(), -1, false};
-        llama_sampler_apply(chain, &arr);
-        if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) {
-          llama_sampler_free(chain);
-          throw std::runtime_error("the sampler chain selected nothing");
-        }
-        ids.push_back(arr.data[arr.selected].id);
-      }
-      out.push_back(ids);
-    }
-    llama_sampler_free(chain);
-    return out;
+    return chain;
   }
 
- private:
+  // n draws of one row through `chain`, after llama.cpp's penalties sampler over the row's history.
+  static json draw_row(const json& row, const std::vector<int>& h, double r, llama_sampler* chain, int n) {
+    const int V = static_cast<int>(row.size());
+    std::vector<llama_token_data> base(V);
+    for (int v = 0; v < V; ++v) {
+      const auto& x = row[v];
+      base[v] = {v, x.is_string() ? -INFINITY : x.get<float>(), 0.0f};
+    }
+    if (r != 1.0 && !h.empty()) {  // the penalty, applied once
+      llama_sampler* pen = llama_sampler_init_penalties(V, static_cast<int32_t>(h.size()), static_cast<float>(r), 0.0f, 0.0f);
+      for (int id : h) llama_sampler_accept(pen, id);
+      llama_token_data_array arr{base.data(), base.size(), -1, false};
+      llama_sampler_apply(pen, &arr);
+      llama_sampler_free(pen);
+      std::vector<llama_token_data> penalised(arr.data, arr.data + arr.size);
+      std::sort(penalised.begin(), penalised.end(), [](const llama_token_data& a, const llama_token_data& c) { return a.id < c.id; });
+      base = penalised;
+    }
+    json ids = json::array();
+    for (int i = 0; i < n; ++i) {
+      std::vector<llama_token_data> cur = base;
+      llama_token_data_array arr{cur.data(), cur.size(), -1, false};
+      llama_sampler_apply(chain, &arr);
+      if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) throw std::runtime_error("the sampler chain selected nothing");
+      ids.push_back(arr.data[arr.selected].id);
+    }
+    return ids;
+  }
+
   int checked_row(int row) const {
     if (row < 0 || row >= kMaxRows || !live_[row]) throw std::runtime_error("row " + std::to_string(row) + " is not live");
     return row;

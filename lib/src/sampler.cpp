@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <mutex>
+#include <random>
 
 #include <cmath>
 #include <limits>
@@ -129,6 +130,28 @@ at::Tensor SamplerStages::pick(const at::Tensor& logits, const at::Tensor& histo
   s.validate();
   if (s.temperature == 0) return argmax(penalty(checked_scores(logits, history), history, s.penalty));  // first index on ties
   return draw(filtered(logits, history, s), gen);
+}
+
+at::Tensor SamplerStages::pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows,
+                                    int64_t n) const {
+  const at::Tensor x = checked_scores(logits, history);  // (B, V)
+  if (static_cast<int64_t>(rows.size()) != x.size(0))
+    throw std::invalid_argument("pick_rows: " + std::to_string(rows.size()) + " row settings for " + std::to_string(x.size(0)) + " rows");
+  if (n < 1) throw std::invalid_argument("pick_rows: n must be >= 1, got " + std::to_string(n));
+  std::vector<at::Tensor> out;
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    const RowSampling& r = rows[static_cast<size_t>(b)];
+    // A generator per row: one shared by the batch would hand row b the numbers row b - 1 left.
+    const uint64_t seed = r.seed ? *r.seed : (static_cast<uint64_t>(std::random_device{}()) << 32) | std::random_device{}();
+    const at::Generator g = make_generator(x.device(), seed);
+    const at::Tensor h = history.defined() ? history.narrow(0, b, 1).expand({n, history.size(1)}) : history;
+    out.push_back(pick(x.narrow(0, b, 1).expand({n, x.size(1)}), h, r.settings, g));  // (n): n draws in turn from g
+  }
+  return at::stack(out, 0);  // (B, n)
+}
+
+at::Tensor pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n) {
+  return production_stages().pick_rows(logits, history, rows, n);
 }
 
 const SamplerStages& production_stages() {

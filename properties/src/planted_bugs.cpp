@@ -20,15 +20,33 @@ SamplerUnderTest compose(std::string name, std::string description, SamplerStage
   auto pick = [st](const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s) {
     return st.pick(logits, history, s);
   };
-  return {std::move(name), std::move(description), filtered, pick};
+  auto pick_rows = [st](const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n) {
+    return st.pick_rows(logits, history, rows, n);
+  };
+  return {std::move(name), std::move(description), filtered, pick, pick_rows};
 }
+
+// The production stages with the batch's per-row state handled by `rows` instead: the row loop of
+// a serving engine's sampler, where the bugs of vLLM #51226 and #17524 lived.
+SamplerUnderTest with_rows(std::string name, std::string description, RowsFn rows) {
+  SamplerUnderTest s = production_sampler();
+  s.name = std::move(name);
+  s.description = std::move(description);
+  s.pick_rows = std::move(rows);
+  return s;
+}
+
+// One row of a batch (1, V) and its history (1, T) or undefined, repeated n times for n draws.
+at::Tensor nth(const at::Tensor& x, int64_t b, int64_t n) { return x.narrow(0, b, 1).expand({n, x.size(1)}); }
+at::Tensor nth_history(const at::Tensor& h, int64_t b, int64_t n) { return h.defined() ? nth(h, b, n) : h; }
 
 }  // namespace
 
 SamplerUnderTest production_sampler() {
   return {"production", "lib/ sampler",
           [](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return filtered_scores(l, h, s); },
-          [](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, s, h); }};
+          [](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, s, h); },
+          [](const at::Tensor& l, const at::Tensor& h, const std::vector<RowSampling>& r, int64_t n) { return pick_rows(l, h, r, n); }};
 }
 
 std::vector<SamplerUnderTest> planted_bugs() {
@@ -93,6 +111,41 @@ std::vector<SamplerUnderTest> planted_bugs() {
     st.argmax = [](const at::Tensor& x) { return (x.size(1) - 1) - x.flip(1).argmax(-1); };
     bugs.push_back(compose("greedyTakesLastTiedIndex", "temperature 0 breaks ties towards the last index", st));
   }
+  // Per-row state in a batch: every stage right, the rows' generators or settings wrong.
+  bugs.push_back(with_rows("oneGeneratorForTheBatch",
+                           "one generator for the batch, seeded with the first row's seed: row b draws the numbers row b - 1 left",
+                           [](const at::Tensor& x, const at::Tensor& h, const std::vector<RowSampling>& rows, int64_t n) {
+                             const at::Generator g = make_generator(x.device(), rows.at(0).seed.value_or(0));
+                             std::vector<at::Tensor> out;
+                             for (int64_t b = 0; b < x.size(0); ++b)
+                               out.push_back(production_stages().pick(nth(x, b, n), nth_history(h, b, n), rows[b].settings, g));
+                             return at::stack(out, 0);
+                           }));
+  bugs.push_back(with_rows("seedsIgnoredBesideAnUnseededRow",
+                           "a batch with any unseeded row draws every row unseeded (vLLM #51226 on CPU)",
+                           [](const at::Tensor& x, const at::Tensor& h, const std::vector<RowSampling>& rows, int64_t n) {
+                             std::vector<RowSampling> r = rows;
+                             bool all_seeded = true;
+                             for (const auto& row : r) all_seeded &= row.seed.has_value();
+                             if (!all_seeded)
+                               for (auto& row : r) row.seed.reset();
+                             return production_stages().pick_rows(x, h, r, n);
+                           }));
+  bugs.push_back(with_rows("lastRowsSettingsForEveryRow",
+                           "every row drawn with the last row's settings (its own seed): a batch's params overwritten by one request's",
+                           [](const at::Tensor& x, const at::Tensor& h, const std::vector<RowSampling>& rows, int64_t n) {
+                             std::vector<RowSampling> r = rows;
+                             for (auto& row : r) row.settings = rows.back().settings;
+                             return production_stages().pick_rows(x, h, r, n);
+                           }));
+  bugs.push_back(with_rows("topKOneDisabledPerRow",
+                           "a row's top_k of 1 read as 'no top-k' (k <= 1 taken for off), so it samples where greedy would not",
+                           [](const at::Tensor& x, const at::Tensor& h, const std::vector<RowSampling>& rows, int64_t n) {
+                             std::vector<RowSampling> r = rows;
+                             for (auto& row : r)
+                               if (row.settings.top_k == 1) row.settings.top_k = 0;
+                             return production_stages().pick_rows(x, h, r, n);
+                           }));
   return bugs;
 }
 

@@ -472,6 +472,84 @@ void seed_laws(std::vector<Law>& laws) {
                   }, true});
 }
 
+// Per-row sampler state in a batch (a serving engine's requests each carry a seed and settings):
+// a row's draws are its own business (vLLM #51226, #17524, #50440), and top_k = 1 is greedy's choice
+// beside a greedy row (vLLM #5404).
+void row_state_laws(std::vector<Law>& laws) {
+  laws.push_back({"aSeededRowDrawsTheSameAloneAndBesideAnyNeighbours",
+                  "seed(b) given => pick_rows(batch)[b] == pick_rows({row b})[0] == pick_rows(reversed batch)[b], "
+                  "whatever the neighbours' settings and seeds (seeded, unseeded, greedy)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const int64_t B = *rc::gen::inRange<int64_t>(2, 7), n = 8;
+                    const int64_t V = *rc::gen::oneOf(rc::gen::inRange<int64_t>(2, 65), rc::gen::inRange<int64_t>(2, 4097));
+                    at::Generator g = at::detail::createCPUGenerator(*rc::gen::inRange<uint64_t>(0, 1u << 30));
+                    const at::Tensor x = (at::randn({B, V}, g, at::kFloat) * 1.5).to(dev);  // spread enough for draws to vary
+                    const at::Tensor h = gen_history(B, V, dev);
+                    std::vector<RowSampling> rows(static_cast<size_t>(B));
+                    // inRange grows with RapidCheck's size from its low end: the rare cases take the high values.
+                    for (auto& r : rows) {
+                      const bool greedy = *rc::gen::inRange(0, 6) == 5;
+                      r.settings = {greedy ? 0.0 : gen_temperature(), std::min<int64_t>(V, *rc::gen::element<int64_t>(0, 0, 0, 1, 2, 5, 40)),
+                                    *rc::gen::element(1.0, 1.0, 0.5, 0.9, 0.99), *rc::gen::element(1.0, 1.0, 1.3, 0.8)};
+                      if (*rc::gen::inRange(0, 4) != 3) r.seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+                    }
+                    if (*rc::gen::arbitrary<bool>() && rows[0].seed) rows[B - 1].seed = rows[0].seed;  // two rows, one seed
+                    bool any_seeded = false, unseeded = false, greedy = false;
+                    for (const auto& r : rows) any_seeded |= r.seed.has_value(), unseeded |= !r.seed, greedy |= r.settings.temperature == 0;
+                    RC_PRE(any_seeded);
+                    RC_CLASSIFY(unseeded, "an unseeded neighbour");
+                    RC_CLASSIFY(greedy, "a greedy neighbour");
+                    const at::Tensor batch = sut.pick_rows(x, h, rows, n).to(at::kCPU);  // (B, n)
+                    RC_ASSERT(batch.size(0) == B);
+                    RC_ASSERT(batch.size(1) == n);
+                    const std::vector<RowSampling> reversed(rows.rbegin(), rows.rend());
+                    const at::Tensor again = sut.pick_rows(x.flip(0), h.flip(0), reversed, n).to(at::kCPU);
+                    for (int64_t b = 0; b < B; ++b) {
+                      if (!rows[b].seed) continue;
+                      const at::Tensor alone = sut.pick_rows(x.narrow(0, b, 1), h.narrow(0, b, 1), {rows[b]}, n).to(at::kCPU);
+                      RC_ASSERT(batch[b].equal(alone[0]));
+                      RC_ASSERT(again[B - 1 - b].equal(alone[0]));
+                    }
+                  }, true, true});
+
+  laws.push_back({"topKOneDrawsWhatGreedyPicksBesideIt",
+                  "rows on the same logits and history in one batch: every draw of a top_k = 1 row (any T, top_p, seed) has "
+                  "the largest penalised score, as the greedy row's pick does (equal to it where that score is unique)",
+                  [](const SamplerUnderTest& sut, c10::Device dev) {
+                    const at::Tensor base = gen_logits(dev);  // (B0, V), tied tops among its styles
+                    const int64_t B0 = base.size(0), n = 8;
+                    const at::Tensor hist = gen_history(B0, base.size(1), dev);
+                    std::vector<RowSampling> rows;
+                    std::vector<int64_t> src;
+                    for (int64_t b = 0; b < B0; ++b) {
+                      const double pen = *rc::gen::element(1.0, 1.0, 1.3, 0.7);
+                      RowSampling greedy{{0.0, 0, 1.0, pen}, std::nullopt}, one{{gen_temperature(), 1, gen_top_p(), pen}, std::nullopt};
+                      if (*rc::gen::arbitrary<bool>()) one.seed = *rc::gen::inRange<uint64_t>(0, 1u << 30);
+                      const bool first = *rc::gen::arbitrary<bool>();  // either order in the batch
+                      rows.push_back(first ? greedy : one), rows.push_back(first ? one : greedy);
+                      src.push_back(b), src.push_back(b);
+                    }
+                    const at::Tensor idx = at::tensor(src, at::kLong).to(dev);
+                    const at::Tensor ids = sut.pick_rows(base.index_select(0, idx), hist.index_select(0, idx), rows, n).to(at::kCPU);
+                    for (size_t r = 0; r < rows.size(); r += 2) {
+                      const int64_t b = src[r];
+                      const auto pen = spec6::penalize(row_f(base, b), row_i(hist, b), rows[r].settings.penalty);
+                      const float top = *std::max_element(pen.begin(), pen.end());
+                      const bool unique = std::count(pen.begin(), pen.end(), top) == 1;
+                      RC_CLASSIFY(!unique, "ties at the top");
+                      const size_t g = rows[r].settings.temperature == 0 ? r : r + 1, k = g == r ? r + 1 : r;
+                      const int64_t greedy_id = ids[static_cast<int64_t>(g)][0].item<int64_t>();
+                      RC_ASSERT(pen.at(static_cast<size_t>(greedy_id)) == top);
+                      for (int64_t d = 0; d < n; ++d) {
+                        const int64_t id = ids[static_cast<int64_t>(k)][d].item<int64_t>();
+                        RC_ASSERT(id >= 0);
+                        RC_ASSERT(pen.at(static_cast<size_t>(id)) == top);
+                        if (unique) RC_ASSERT(id == greedy_id);
+                      }
+                    }
+                  }, true, true});
+}
+
 }  // namespace
 
 std::vector<Law> generated_laws() {
@@ -482,6 +560,7 @@ std::vector<Law> generated_laws() {
   temperature_laws(laws);
   spec6_model_laws(laws);
   seed_laws(laws);
+  row_state_laws(laws);
   return laws;
 }
 

@@ -109,6 +109,24 @@ TEST(PlantedBugs, EachTieAndDirectionRowCatchesItsOwnBug) {
   }
 }
 
+// Per-row sampler state: each bug of a batch's row loop fails the row-state laws it is about, and no
+// other law or check (every stage is right). Settings taken from another row break both.
+TEST(PlantedBugs, EachRowStateBugFailsOnlyItsRowLaws) {
+  const std::string seeded = "aSeededRowDrawsTheSameAloneAndBesideAnyNeighbours", top_k_one = "topKOneDrawsWhatGreedyPicksBesideIt";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expect = {
+      {"oneGeneratorForTheBatch", {seeded}},
+      {"seedsIgnoredBesideAnUnseededRow", {seeded}},
+      {"lastRowsSettingsForEveryRow", {seeded, top_k_one}},
+      {"topKOneDisabledPerRow", {top_k_one}},
+  };
+  const auto bugs = planted_bugs();
+  for (const auto& [bug, laws] : expect) {
+    const auto it = std::find_if(bugs.begin(), bugs.end(), [&](const SamplerUnderTest& b) { return b.name == bug; });
+    ASSERT_NE(it, bugs.end()) << bug;
+    EXPECT_EQ(failing(*it, /*draws_only=*/true), laws) << bug;
+  }
+}
+
 // Seen through draws, a sampler whose top-k keeps exactly k (llama.cpp's) breaks SPEC 6's tie rule
 // and nothing else: one row, named for it. And the penalty bug that divides negative scores, which
 // no draw-based law saw before, fails the penalty's direction row.

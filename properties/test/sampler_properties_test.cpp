@@ -9,8 +9,8 @@
 #include "tinygpt/conformance/sampler_suite.h"
 #include "tinygpt/laws/sampler_laws.h"
 
-TINYGPT_SAMPLER_CONFORMANCE(Production, tinygpt::props::production_sampler().filtered,
-                            tinygpt::props::production_sampler().pick);
+TINYGPT_SAMPLER_CONFORMANCE_WITH_ROWS(Production, tinygpt::props::production_sampler().filtered,
+                                      tinygpt::props::production_sampler().pick, tinygpt::props::production_sampler().pick_rows);
 
 namespace tinygpt::props {
 namespace {

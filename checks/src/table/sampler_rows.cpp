@@ -70,6 +70,11 @@ CheckDef law_row(const props::Law& law) {
       r.detail = "skipped: the law reads filtered scores, and the target shows only its draws";
       return;
     }
+    if (law.rows && !s->pick_rows) {
+      r.status = Status::Skipped;
+      r.detail = "skipped: the target samples a batch with one setting and one seed (an engine: its hello lists no row-sampling)";
+      return;
+    }
     r.bound = law.formula;
     const c10::Device dev = c.opts.prompt.defined() ? c.opts.prompt.device() : c10::Device(c10::kCPU);
     r.status = run_property(law.name, [&] { law.body(*s, dev); }, r.detail) ? Status::Pass : Status::Fail;

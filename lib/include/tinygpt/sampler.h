@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tinygpt/generate.h"
 
@@ -56,6 +58,13 @@ at::Tensor draw(const at::Tensor& scores, const c10::optional<at::Generator>& ge
 // generator after manual_seed(seed) (CPU: the same Mersenne twister; CUDA: the same Philox stream).
 at::Generator make_generator(c10::Device device, uint64_t seed);
 
+// One row's sampler state in a batch, as a serving engine keeps it per request: its own settings and
+// its own seed (none: the row draws from fresh entropy, reproducible by nobody).
+struct RowSampling {
+  SamplingSettings settings;
+  std::optional<uint64_t> seed;
+};
+
 // The pipeline of SPEC 6 as data: each stage is one member, so a test can replace exactly one of
 // them (the property suite's planted bugs do) and keep the order and every other stage. The
 // production sampler below is production_stages().
@@ -72,6 +81,11 @@ struct SamplerStages {
   // The whole sampler: (B) ids; temperature 0 is argmax after the penalty.
   at::Tensor pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s,
                   const c10::optional<at::Generator>& gen = c10::nullopt) const;
+  // Rows with sampler states of their own: row b drawn `n` times with rows[b].settings from a generator
+  // of its own seeded with rows[b].seed, so its draws depend on nothing but its own logits, history,
+  // settings and seed - never on its neighbours, their seeds or its place in the batch.
+  // logits (B, V), history (B, T) or undefined, rows.size() == B -> (B, n) int64.
+  at::Tensor pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n) const;
 };
 const SamplerStages& production_stages();
 
@@ -83,6 +97,9 @@ at::Tensor filtered_probs(const at::Tensor& logits, const at::Tensor& history, c
 // The whole sampler: logits (B, V), history (B, T) or undefined -> ids (B) int64.
 at::Tensor pick(const at::Tensor& logits, const SamplingSettings& s, const at::Tensor& history = {},
                 const c10::optional<at::Generator>& gen = c10::nullopt);
+
+// SamplerStages::pick_rows of the production stages.
+at::Tensor pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n);
 
 // `pick` as a generation callback; the generation loop's history is the whole sequence so far.
 // With `gen`, every draw comes from it (one stream across the steps).

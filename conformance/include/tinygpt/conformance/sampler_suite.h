@@ -9,6 +9,15 @@
 //     draw uses: -inf where a stage dropped the token (temperature > 0);
 //   my_pick(logits, history, settings) -> (B) int64 ids (temperature 0 = argmax after the penalty).
 //
+// A sampler whose batch rows carry their own settings and seeds (a serving engine's) also runs the
+// row-state laws with
+//
+//   TINYGPT_SAMPLER_CONFORMANCE_WITH_ROWS(MySampler, my_filtered, my_pick, my_pick_rows);
+//
+//   my_pick_rows(logits, history, std::vector<tinygpt::RowSampling> rows, n) -> (B, n) int64 ids: row b
+//     drawn n times with rows[b].settings from a generator of its own seeded with rows[b].seed.
+// Without it those laws skip, saying so.
+//
 // Tests: MySampler/SamplerLaw.Holds/<law>_<cpu|cuda> and MySampler/SamplerCheck.Holds/<check>_<...>;
 // CUDA cases skip, saying why, where LibTorch sees no GPU. Replay one failure with
 // RC_PARAMS="reproduce=<string>" and --gtest_filter on its name. Include this header in one file.
@@ -48,15 +57,16 @@ bool sampler_suite_linked();
 }  // namespace tinygpt::conformance
 
 // INSTANTIATE_TEST_SUITE_P pastes the suite's name into identifiers: it must be unqualified here.
-#define TINYGPT_SAMPLER_CONFORMANCE(Name, filtered, pick)                                                   \
+#define TINYGPT_SAMPLER_CONFORMANCE_WITH_ROWS(Name, filtered, pick, pick_rows)                              \
   [[maybe_unused]] static const bool tinygpt_sampler_suite_##Name = ::tinygpt::conformance::sampler_suite_linked(); \
   using ::tinygpt::conformance::SamplerLaw;                                                                 \
   using ::tinygpt::conformance::SamplerCheck;                                                               \
   INSTANTIATE_TEST_SUITE_P(Name, SamplerLaw,                                                                \
                            ::testing::ValuesIn(::tinygpt::conformance::sampler_law_cases(                   \
-                               ::tinygpt::props::SamplerUnderTest{#Name, #Name, filtered, pick})),          \
+                               ::tinygpt::props::SamplerUnderTest{#Name, #Name, filtered, pick, pick_rows})), \
                            ::tinygpt::conformance::sampler_law_name);                                       \
   INSTANTIATE_TEST_SUITE_P(Name, SamplerCheck,                                                              \
                            ::testing::ValuesIn(::tinygpt::conformance::sampler_check_cases(                 \
-                               ::tinygpt::props::SamplerUnderTest{#Name, #Name, filtered, pick})),          \
+                               ::tinygpt::props::SamplerUnderTest{#Name, #Name, filtered, pick, pick_rows})), \
                            ::tinygpt::conformance::sampler_check_name)
+#define TINYGPT_SAMPLER_CONFORMANCE(Name, filtered, pick) TINYGPT_SAMPLER_CONFORMANCE_WITH_ROWS(Name, filtered, pick, nullptr)

@@ -21,6 +21,9 @@ struct Law {
   // Uses only `pick` (draws), never `filtered`: it also holds for a sampler seen only through its
   // draws, such as an engine driven by `tinygpt conform`.
   bool pick_only = false;
+  // Draws a batch whose rows carry their own settings and seeds (SamplerUnderTest::pick_rows): a
+  // sampler without per-row state skips it.
+  bool rows = false;
 };
 std::vector<Law> generated_laws();
 
