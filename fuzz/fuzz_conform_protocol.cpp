@@ -1,6 +1,6 @@
 // The conform protocol reader: one engine answer line, as `tinygpt conform` parses it, then every
 // decoder of an answer's contents (protocols 1 to 3: logits, rows, a forked row, sampled ids,
-// threads' count, hello's fields) on it, and the sanitizer every engine text goes through: its output
+// threads' count, hello's fields, generate's results) on it, and the sanitizer every engine text goes through: its output
 // is valid UTF-8 without control characters, within its bound, whatever the line held.
 #include <cstdlib>
 #include <string>
@@ -55,5 +55,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   judged([&] { answer_before(a); });
   judged([&] { answer_sample_ids(a, static_cast<size_t>(rows), 1 + (size > 1 ? data[1] & 3 : 0), vocab); });
   judged([&] { check_hello(a); });
+  // generate's results: two requests (ids 0 and 3, the second with two copies) of 1-2 tokens each.
+  std::vector<ServedRequest> asked(2);
+  asked[0].id = 0, asked[0].prompt = {1, 2}, asked[0].n = rows;
+  asked[1].id = 3, asked[1].prompt = {4}, asked[1].n = 1, asked[1].after_finished = {0}, asked[1].copies = 2;
+  judged([&] { answer_served(a, asked, vocab); });
   return 0;
 }

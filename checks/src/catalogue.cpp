@@ -59,6 +59,8 @@ nlohmann::json catalogue_json() {
     devs.push_back({{"name", d.name}, {"what", d.what}, {"touches", d.touched()},
                     {"tolerance", d.tolerance ? nlohmann::json(*d.tolerance) : nlohmann::json(nullptr)},
                     {"self_tolerance", d.self_tolerance ? nlohmann::json(*d.self_tolerance) : nlohmann::json(nullptr)},
+                    {"max_kl", d.max_kl ? nlohmann::json(*d.max_kl) : nlohmann::json(nullptr)},
+                    {"voids", d.voids},
                     {"evidence", d.evidence}});
   nlohmann::json caches = nlohmann::json::array();
   for (const auto* v : every_variant(/*faults=*/false)) caches.push_back({{"name", v->name}, {"what", v->description}});
@@ -84,8 +86,11 @@ std::string catalogue_markdown() {
   m << "\n### The deviations an engine may declare\n\n| deviation | what | rows it touches | judged at |\n"
        "| --- | --- | --- | --- |\n";
   for (const auto& d : known_deviations()) {
-    std::string at = d.tolerance ? "max \\|diff\\| <= " + sci(*d.tolerance) : std::string("a failure is reported as declared");
+    std::string at = d.max_kl      ? "mean KL per step <= " + sci(*d.max_kl)
+                     : d.tolerance ? "max \\|diff\\| <= " + sci(*d.tolerance)
+                                   : std::string("a failure is reported as declared");
     if (d.self_tolerance) at += "; `self` at " + sci(*d.self_tolerance);
+    if (!d.voids.empty()) at += "; a failure of " + code_list(d.voids) + " is reported as declared";
     m << "| `" << d.name << "` | " << cell(d.what) << " | " << code_list(d.touched()) << " | " << at << " |\n";
   }
   m << "\n### The sampler rows\n\nRows marked * read a sampler's filtered scores and are never run on an engine "

@@ -94,6 +94,15 @@ RowBound CheckContext::bound_for(const CheckDef& def) const {
   b.tol = opts.tolerance;
   for (const Deviation* d : declared_) {
     if (!d->touches(def)) continue;
+    if (std::find(d->voids.begin(), d->voids.end(), def.name) != d->voids.end()) {  // nothing to judge it by
+      b.declared_by.push_back(d->name);
+      continue;
+    }
+    if (d->max_kl && def.judge != Judge::Self) {  // judged by the distribution, unless the run chose a KL bound itself
+      b.relaxed_by.push_back(d->name);
+      if (!opts.tolerance.max_kl) b.tol.max_kl = std::max(b.tol.max_kl.value_or(0.0), *d->max_kl);
+      continue;
+    }
     const std::optional<double> wider = def.judge == Judge::Self ? d->self_tolerance : d->tolerance;
     if (!wider) {
       b.declared_by.push_back(d->name);
@@ -150,7 +159,7 @@ std::vector<std::string> model_checks_with(Tags all, Tags none) {
 std::vector<std::string> row_operation_checks() {
   std::vector<std::string> out;
   for (const auto& c : model_checks())
-    if (!c.op.empty() && c.is(Tag::Serving)) out.push_back(c.name);
+    if (!c.op.empty() && c.is(Tag::Serving) && !c.is(Tag::EngineOnly)) out.push_back(c.name);  // our model's rows
   return out;
 }
 
@@ -170,6 +179,17 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
     r.detail = "skipped (--no-past-window): the target is never driven past the context";
     return true;
   }
+  if (ctx.target.max_rows() > 0 && def.rows > ctx.target.max_rows()) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: the row drives " + std::to_string(def.rows) + " rows at once and the target takes at most " +
+               std::to_string(ctx.target.max_rows()) + " (its hello's max_rows)";
+    return true;
+  }
+  if (!def.is(Tag::Sampler) && def.op != "generate" && !ctx.target.rows_unsupported().empty()) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: " + ctx.target.rows_unsupported();
+    return true;
+  }
   for (size_t from = 0; from < def.op.size();) {  // "fork,truncate": each operation in turn
     const size_t comma = std::min(def.op.find(',', from), def.op.size());
     const std::string why = ctx.target.serving_unsupported(def.op.substr(from, comma - from));
@@ -186,17 +206,21 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
 // Says in the row which declared deviations touch it: those that set its bound, and those that
 // give it none (a failure of such a row is reported as declared, never as a silent pass).
 void annotate_deviations(const CheckDef& def, const RowBound& b, CheckResult& row) {
+  const bool judged = row.status != Status::Skipped;  // a row skipped here was judged by no bound
   for (const auto* names : {&b.relaxed_by, &b.declared_by})
     for (const auto& n : *names) row.bound += (row.bound.empty() ? "" : "; ") + std::string("declared ") + n;
   if (row.status == Status::Fail && !b.declared_by.empty()) {
     row.status = Status::Skipped;
     row.detail = "declared: " + b.declared_by.front() + ": " + row.detail;
   }
-  if (!b.relaxed_by.empty()) {
+  if (!b.relaxed_by.empty() && judged) {
     std::string names;
     for (const auto& n : b.relaxed_by) names += (names.empty() ? "" : ", ") + n;
-    const double bound = def.judge == Judge::Self ? b.tol.self : b.tol.logits;
-    row.detail = "declared " + names + ", judged at " + sci(bound) + ": " + row.detail;
+    // What judged it: the self bound, a KL bound (--max-kl or a deviation's), or the relaxed |diff|.
+    const std::string bound = def.judge == Judge::Self ? sci(b.tol.self)
+                              : b.tol.max_kl           ? "mean KL <= " + sci(*b.tol.max_kl)
+                                                       : sci(b.tol.logits);
+    row.detail = "declared " + names + ", judged at " + bound + ": " + row.detail;
   }
 }
 

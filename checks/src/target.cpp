@@ -46,6 +46,7 @@ int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
 void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
 void DecodeTarget::release_row(int64_t) { unsupported(*this); }
 int DecodeTarget::set_threads(int) { throw std::logic_error(serving_unsupported("threads")); }
+std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(serving_unsupported("generate")); }
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
     : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
@@ -69,6 +70,7 @@ int ModelTarget::set_threads(int n) {
 
 std::string ModelTarget::serving_unsupported(const std::string& op) const {
   if (op == "threads") return "";  // LibTorch's threads, whatever the cache
+  if (op == "generate") return "our model has no scheduler of its own: the serving rows drive its rows directly";
   // Rows decode through the model's own step at per-row positions (serving.h), not through a step
   // function bound to one cache: whether the variant's caches can be cloned and truncated decides,
   // and for save whether they give their entries.

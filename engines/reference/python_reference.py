@@ -21,7 +21,12 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     state-by-reference  `save` answers a key into this process's memory, not the entries: restores in this process only
     shift-keys-not-rotated   a context shift renumbers the kept entries but leaves their keys as rotated
     threads-race       one logit moves whenever the engine runs on more than one thread
+    joined-at-batch-position  `generate`: a sequence admitted while others decode is stepped at the engine's step count
+    shared-generator   `sample` with per-row seeds draws every row from one generator, seeded with the first row's seed
+    seeds-need-every-row  a batch with one unseeded row draws every row unseeded (vLLM #51226)
   what real engines do on purpose:
+    one-sequence       hello says max_rows 1 (wllama's one sequence), and a request for more rows is refused
+    log-probabilities  every logits answer is the log-softmax of the logits (wllama's probabilities, logged)
     seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
     top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
     gelu-tanh          GELU by the tanh approximation (llama.cpp's ggml_gelu)
@@ -36,11 +41,10 @@ takes its entries up to that prefix (never the prompt's last token, whose logits
 computes the rest; the prefill answer says how many entries each row reused ("reused"); `save`
 (a row's state as base64 of its pickled entries and position) with `restore` (a new row from it);
 and `shift` (llama.cpp's context shift: entries dropped after the first `keep`, the later ones
-renumbered, their keys rotated back by RoPE's formula). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
+renumbered, their keys rotated back by RoPE's formula). `threads` (any protocol from 2) sets torch's intra-op threads and answers the count before. `sample` with "rows" (`row-sampling`, any protocol from 2) draws each row with its own settings and its own generator. `generate` (protocol 3) runs requests through the engine's own continuous-batching scheduler. TINYGPT_ENGINE_PROTOCOL=1 or 2 makes it an engine of that protocol.
 """
 import base64
 import io
-import json
 import math
 import os
 import pickle
@@ -51,19 +55,23 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "interop"))
 import series_reference as ref  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # engines/: serve.py
+from serve import serve  # noqa: E402
 
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
          "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
          "restore-position-from-window", "state-by-reference", "shift-keys-not-rotated", "threads-race",
-         "seed-sampler", "top-k-exact", "gelu-tanh"}
+         "shared-generator", "seeds-need-every-row", "joined-at-batch-position",
+         "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
 
 # The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
 PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "3"))
-OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads"],
-              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "extend", "save", "shift"]}
+OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads", "row-sampling"],
+              3: ["ragged", "join", "fork", "truncate", "bench", "threads", "row-sampling", "extend", "save", "shift", "generate",
+                  "generate-shift"]}
 
 
 def has(name):
@@ -280,6 +288,80 @@ class Engine:
         # The kept later entries were computed beside the dropped tokens: never a later prompt's prefix.
         row["ids"] = row["ids"][:keep] + [-1] * (len(row["ids"]) - keep - discard)
 
+    @torch.no_grad()
+    def generate(self, requests, budget=48):
+        """Requests this engine schedules itself (op `generate`), continuous batching as serving engines do
+        it: each engine step admits the requests that have arrived (after `after` tokens made since the
+        first, after the requests in `after_finished` finished), feeds prompts in chunks under a budget of
+        `budget` prompt tokens a step (a long prompt takes several steps while others decode), serves a
+        prompt's prefix from a finished request's row (the prompt cache of `prefill`), forks a row for a
+        request's extra copies once its prompt is in, and decodes one greedy token for every sequence
+        whose prompt is done. Every sequence's ids, the logits each was chosen from, and what it reused."""
+        if self.model is None:
+            raise ValueError("no model loaded")
+        pending, live, results = [dict(q) for q in requests], [], []
+        left = {q["id"]: int(q.get("copies", 1)) for q in requests}
+        made = steps = 0
+        while pending or live:
+            arrived = [q for q in pending if made >= q.get("after", 0) and all(left.get(f, 0) == 0 for f in q.get("after_finished", []))]
+            if not arrived and not live:
+                arrived = pending[:1]  # nothing runs to make the tokens it waits for
+            for q in arrived:
+                pending.remove(q)
+                fed = [int(i) for i in q["ids"]]
+                past = int(q.get("keep", -1)) >= 0  # it may outgrow the window: shifted when it fills it
+                if not fed or len(fed) > self.model.c["context"] or (not past and len(fed) + int(q["n"]) > self.model.c["context"]):
+                    raise ValueError("request %r: a prompt of 1 to context - n tokens (context tokens with keep)" % q["id"])
+                old, shared = self.take_released(fed)
+                keep = min(shared, len(fed) - 1) if old is not None else 0
+                rid = self.new_row()
+                if keep > 0:
+                    row = self.rows[rid]
+                    row["kv"] = [[K[:, :, :keep], V[:, :, :keep]] for K, V in old["kv"]]
+                    row["pos"], row["ids"] = keep, fed[:keep]
+                live.append({"q": q, "copy": 0, "row": rid, "todo": fed[keep:], "ids": [], "logits": [], "reused": keep,
+                             "joined": made > 0, "next": None})
+            budget_left = budget
+            for s in list(live):
+                row = self.rows[s["row"]]
+                if s["todo"]:  # the prompt, a chunk at a time
+                    take = s["todo"][:max(1, budget_left)]
+                    budget_left -= len(take)
+                    out = row_forward(self.model, torch.tensor([take], dtype=torch.long), row, row["pos"])
+                    row["pos"] += len(take)
+                    row["ids"] += take
+                    s["todo"] = s["todo"][len(take):]
+                    if not s["todo"]:
+                        s["next"] = out
+                        for c in range(1, int(s["q"].get("copies", 1))):  # forks share nothing they write
+                            live.append(dict(s, copy=c, row=self.fork(s["row"]), ids=[], logits=[]))
+                    continue
+                tok = int(s["next"].argmax())
+                s["ids"].append(tok)
+                s["logits"].append(s["next"].tolist())
+                made += 1
+                if len(s["ids"]) == int(s["q"]["n"]):
+                    live.remove(s)
+                    results.append({"id": s["q"]["id"], "copy": s["copy"], "ids": s["ids"], "logits": s["logits"], "reused": s["reused"],
+                                    "shifts": s.get("shifts", [])})
+                    left[s["q"]["id"]] -= 1
+                    self.released = (self.released + [self.rows.pop(s["row"])])[-8:]
+                    continue
+                if int(s["q"].get("keep", -1)) >= 0 and row["pos"] >= self.model.c["context"]:
+                    # A full window: shifted as llama-server does (a slot of context + 1 cells), keeping `keep`
+                    # and dropping half of the rest, before the token is fed.
+                    keep = int(s["q"]["keep"])
+                    discard = (row["pos"] - keep) // 2
+                    self.shift(s["row"], keep, discard)
+                    s.setdefault("shifts", []).append({"before": len(s["ids"]) - 1, "keep": keep, "discard": discard})
+                # planted: a sequence that joined a running batch is stepped at the batch's position
+                start = steps if has("joined-at-batch-position") and s["joined"] else row["pos"]
+                s["next"] = row_forward(self.model, torch.tensor([[tok]], dtype=torch.long), row, start)
+                row["pos"] += 1
+                row["ids"].append(tok)
+            steps += 1
+        return results
+
     def truncate(self, rid, n):
         row = self.rows[rid]
         if n < 0 or n > row["pos"]:
@@ -347,13 +429,10 @@ class Engine:
         return {"ok": True, "prefill_s": t1 - t0, "decode_s": t2 - t1, "ids": torch.cat(out, 1).tolist()}
 
 
-def sample(req):
-    """SPEC 6 in the seed's order: penalty, temperature, top-k, top-p, then multinomial."""
-    x = torch.tensor([[float(v) for v in row] for row in req["logits"]], dtype=torch.float32)  # (B, V)
+def scores(x, hist, t, k, p, r):
+    """SPEC 6's stages 1-4 in the seed's order on x (B, V), each row with its own history: the scores the
+    draw uses, or None at temperature 0 (then x holds the penalised scores and the argmax is the pick)."""
     B, V = x.shape
-    hist = req.get("history") or [[] for _ in range(B)]
-    t, k, p, r = float(req["temperature"]), int(req["top_k"]), float(req["top_p"]), float(req["penalty"])
-    n = int(req["n"])
     if r != 1.0:
         for b in range(B):
             seen = torch.tensor(sorted(set(hist[b])), dtype=torch.long)
@@ -361,7 +440,7 @@ def sample(req):
                 s = x[b, seen]
                 x[b, seen] = s / r if has("penalty-divides-negatives") else torch.where(s > 0, s / r, s * r)
     if t == 0:
-        return x.argmax(-1, keepdim=True).repeat(1, n).tolist()
+        return None
     x = x * t if has("temperature-multiplies") else x / t
     if 0 < k < V:
         if has("top-k-exact"):  # exactly k survive, whatever ties the k-th has
@@ -378,8 +457,47 @@ def sample(req):
         drop = (upto >= p) if has("top-p-boundary") else (upto - probs >= p)
         drop[:, 0] = False
         x = x.scatter(-1, order, srt.masked_fill(drop, float("-inf")))
-    g = torch.Generator().manual_seed(int(req["seed"]))
-    return torch.multinomial(x.softmax(-1), n, replacement=True, generator=g).tolist()
+    return x
+
+
+def settings_of(d):
+    return float(d["temperature"]), int(d["top_k"]), float(d["top_p"]), float(d["penalty"])
+
+
+def sample(req):
+    """SPEC 6 in the seed's order: penalty, temperature, top-k, top-p, then multinomial. With "rows", each
+    row has its own settings and its own generator, seeded with its own seed (none: fresh entropy)."""
+    x = torch.tensor([[float(v) for v in row] for row in req["logits"]], dtype=torch.float32)  # (B, V)
+    B, V = x.shape
+    hist = req.get("history") or [[] for _ in range(B)]
+    n = int(req["n"])
+    if "rows" not in req:
+        y = scores(x, hist, *settings_of(req))
+        if y is None:
+            return x.argmax(-1, keepdim=True).repeat(1, n).tolist()
+        g = torch.Generator().manual_seed(int(req["seed"]))
+        return torch.multinomial(y.softmax(-1), n, replacement=True, generator=g).tolist()
+    rows = req["rows"]
+    if len(rows) != B:
+        raise ValueError("%d row settings for %d rows" % (len(rows), B))
+    seeds = [r.get("seed") for r in rows]
+    if has("seeds-need-every-row") and None in seeds:  # vLLM #51226: one unseeded request unseeds the batch
+        seeds = [None] * B
+    shared = None
+    if has("shared-generator"):  # one generator for the batch, seeded with the first row's seed
+        shared = torch.Generator().manual_seed(int(seeds[0] or 0))
+    out = []
+    for b, r in enumerate(rows):
+        xb = x[b:b + 1].clone()
+        y = scores(xb, [hist[b]], *settings_of(r))
+        if y is None:  # greedy: the argmax of the penalised scores
+            out.append([int(xb[0].argmax())] * n)
+            continue
+        g = shared or (torch.Generator().manual_seed(int(seeds[b])) if seeds[b] is not None else torch.Generator())
+        if shared is None and seeds[b] is None:
+            g.seed()  # fresh entropy
+        out.append(torch.multinomial(y.softmax(-1), n, replacement=True, generator=g)[0].tolist())
+    return out
 
 
 def main():
@@ -387,76 +505,84 @@ def main():
         sys.exit("python_reference.py: unknown TINYGPT_ENGINE_FAULT %r" % sorted(VARIANTS - KNOWN))
     engine = Engine()
     rows_mode = False  # protocol 2, once hello agreed on it
-    for line in sys.stdin:
-        req = json.loads(line)
+
+    def handle(req):
+        nonlocal rows_mode
         op = req.get("op")
-        if op == "quit":
-            return
-        try:
-            if op == "hello":
-                out = {"ok": True, "name": "python-reference" + (" (%s)" % ",".join(sorted(VARIANTS)) if VARIANTS else ""),
-                       "formats": ["pt"]}
-                spoken = min(PROTOCOL, req.get("protocol", 1))
-                rows_mode = spoken >= 2
-                if rows_mode:
-                    out["protocol"] = spoken
-                    out["operations"] = OPERATIONS[spoken]
-                if DECLARE:
-                    out["deviations"] = DECLARE
-            elif op == "load":
-                engine.load(req)
-                out = {"ok": True}
-            elif op == "reset":
-                if not has("no-reset"):
-                    engine.reset()
-                out = {"ok": True}
-            elif op == "prefill" and rows_mode:
-                logits, made = engine.add_rows(req["ids"])
-                out = {"ok": True, "logits": logits, "rows": made}
-                if PROTOCOL >= 3:
-                    out["reused"] = engine.reused
-            elif op == "step" and rows_mode:  # without "rows": every live row, in order
-                out = {"ok": True, "logits": engine.step_rows(req.get("rows", sorted(engine.rows)), req["ids"])}
-            elif op in ("prefill", "step"):
-                out = {"ok": True, "logits": engine.run(req["ids"], op == "step")}
-            elif op == "extend" and rows_mode:
-                out = {"ok": True, "logits": [engine.extend(req["row"], req["ids"])]}
-            elif op == "fork":
-                out = {"ok": True, "row": engine.fork(req["row"])}
-            elif op == "save" and PROTOCOL >= 3:
-                out = {"ok": True, "state": engine.save(req["row"])}
-            elif op == "restore" and PROTOCOL >= 3:
-                out = {"ok": True, "row": engine.restore(req["state"])}
-            elif op == "shift" and PROTOCOL >= 3:
-                engine.shift(req["row"], req["keep"], req["discard"])
-                out = {"ok": True}
-            elif op == "truncate":
-                engine.truncate(req["row"], req["n"])
-                out = {"ok": True}
-            elif op == "release":
-                row = engine.rows.pop(req["row"], None)
-                if row is not None:
-                    engine.released = (engine.released + [row])[-8:]  # a bounded prompt cache
-                out = {"ok": True}
-            elif op == "threads":
-                n = req.get("n")
-                if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-                    raise ValueError("threads takes n, a positive integer")
-                out = {"ok": True, "before": torch.get_num_threads()}
-                torch.set_num_threads(n)
-            elif op == "bench":
-                out = engine.bench(req["ids"], int(req["n"]), int(req.get("threads", 1)))
-            elif op == "sample":
-                out = {"ok": True, "ids": sample(req)}
-            else:
-                out = {"ok": False, "error": "unknown op %r" % op}
-        except Exception as e:  # the suite reports it against the request that caused it
-            out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+        if op == "hello":
+            out = {"ok": True, "name": "python-reference" + (" (%s)" % ",".join(sorted(VARIANTS)) if VARIANTS else ""),
+                   "formats": ["pt"]}
+            spoken = min(PROTOCOL, req.get("protocol", 1))
+            rows_mode = spoken >= 2
+            if rows_mode:
+                out["protocol"] = spoken
+                out["operations"] = OPERATIONS[spoken]
+            if DECLARE:
+                out["deviations"] = DECLARE
+            if has("one-sequence"):
+                out["max_rows"] = 1
+        elif op == "load":
+            engine.load(req)
+            out = {"ok": True}
+        elif op == "reset":
+            if not has("no-reset"):
+                engine.reset()
+            out = {"ok": True}
+        elif op == "prefill" and rows_mode:
+            logits, made = engine.add_rows(req["ids"])
+            out = {"ok": True, "logits": logits, "rows": made}
+            if PROTOCOL >= 3:
+                out["reused"] = engine.reused
+        elif op == "step" and rows_mode:  # without "rows": every live row, in order
+            out = {"ok": True, "logits": engine.step_rows(req.get("rows", sorted(engine.rows)), req["ids"])}
+        elif op in ("prefill", "step"):
+            out = {"ok": True, "logits": engine.run(req["ids"], op == "step")}
+        elif op == "extend" and rows_mode:
+            out = {"ok": True, "logits": [engine.extend(req["row"], req["ids"])]}
+        elif op == "fork":
+            out = {"ok": True, "row": engine.fork(req["row"])}
+        elif op == "save" and PROTOCOL >= 3:
+            out = {"ok": True, "state": engine.save(req["row"])}
+        elif op == "restore" and PROTOCOL >= 3:
+            out = {"ok": True, "row": engine.restore(req["state"])}
+        elif op == "shift" and PROTOCOL >= 3:
+            engine.shift(req["row"], req["keep"], req["discard"])
+            out = {"ok": True}
+        elif op == "generate" and PROTOCOL >= 3:
+            out = {"ok": True, "results": engine.generate(req["requests"])}
+        elif op == "truncate":
+            engine.truncate(req["row"], req["n"])
+            out = {"ok": True}
+        elif op == "release":
+            row = engine.rows.pop(req["row"], None)
+            if row is not None:
+                engine.released = (engine.released + [row])[-8:]  # a bounded prompt cache
+            out = {"ok": True}
+        elif op == "threads":
+            n = req.get("n")
+            if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                raise ValueError("threads takes n, a positive integer")
+            out = {"ok": True, "before": torch.get_num_threads()}
+            torch.set_num_threads(n)
+        elif op == "bench":
+            out = engine.bench(req["ids"], int(req["n"]), int(req.get("threads", 1)))
+        elif op == "sample":
+            out = {"ok": True, "ids": sample(req)}
+        else:
+            out = {"ok": False, "error": "unknown op %r" % op}
+        return out
+
+    def after(req, out):  # an engine variant's changes to what it answers
+        if has("one-sequence") and req.get("op") == "prefill" and (len(req.get("ids", [])) > 1 or len(engine.rows) > 1):
+            out = {"ok": False, "error": "this engine keeps one sequence (max_rows 1)"}
+        if has("log-probabilities") and "logits" in out:  # each row less its log-sum-exp: what a probability API gives
+            out["logits"] = torch.tensor(out["logits"], dtype=torch.float64).log_softmax(-1).tolist()
         if "threads-race" in VARIANTS and "logits" in out and torch.get_num_threads() > 1:
             for row in out["logits"]:  # one logit moves when the work is split across threads
                 row[7] += 0.05
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+        return out
+
+    serve(handle, after)
 
 
 if __name__ == "__main__":

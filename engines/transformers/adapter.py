@@ -13,17 +13,22 @@ Each row is its own cache at batch 1 (one forward per row and step); `fork` deep
 so truncate is not offered there), `extend` feeds a chunk in one forward, `save` is the row's cache
 object serialized by torch.save (`restore` loads it into a new row). No context shift: transformers'
 caches have no operation for one. The sampler is transformers' own logits processors (repetition
-penalty, temperature, top-k, top-p) and torch.multinomial with the request's seed.
+penalty, temperature, top-k, top-p) and torch.multinomial with the request's seed; with per-row settings
+and seeds (row-sampling), a generator per row.
+`generate` (protocol 3) runs requests through transformers' continuous batching (class Served: paged
+attention, fp32, prefix sharing on or off by --prefix-sharing, --block-size, --num-blocks and a batch-token
+budget, --max-batch-tokens, that splits long prompts), with the scores of every step captured.
 Planted faults for the tests, TINYGPT_ENGINE_FAULT=...: `window-256` (a sliding window of context keys,
-one too few), `positions-restart` (each step's position_ids from the row's cache length modulo the window).
+one too few), `positions-restart` (each step's position_ids from the row's cache length modulo the window),
+`results-by-finish-order` (generate's answers matched to requests in the order they came back).
 """
 import argparse
 import base64
 import copy
 import io
-import json
 import os
 import sys
+import time
 
 import torch
 import transformers
@@ -33,6 +38,9 @@ from transformers import (DynamicCache, GPTNeoXConfig, GPTNeoXForCausalLM, Logit
                           TopKLogitsWarper, TopPLogitsWarper)
 
 FAULTS = set(filter(None, os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",")))
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # engines/: serve.py
+from serve import serve  # noqa: E402
 
 
 def neox_state(ours, n_layers, n_heads, d):
@@ -156,100 +164,245 @@ class Engine:
         row["pos"] -= n
 
 
-def sample(req):
-    """transformers' own processors in the suite's order: repetition penalty, temperature, top-k, top-p."""
-    x = torch.tensor([[float(v) for v in row] for row in req["logits"]], dtype=torch.float32)  # (B, V)
-    B, V = x.shape
-    hist = req.get("history") or [[] for _ in range(B)]
-    t, k, p, r, n = float(req["temperature"]), int(req["top_k"]), float(req["top_p"]), float(req["penalty"]), int(req["n"])
+class Served:
+    """transformers' continuous batching (ContinuousBatchingManager: paged attention over a block table,
+    fp32, a FIFO scheduler, prefix sharing of computed blocks, chunked prefill under a batch-token budget,
+    forks through num_return_sequences) behind op `generate`. The library returns no per-step logits: the
+    model runner's `_sample` is wrapped (at class level, before the manager's thread starts) to keep, per
+    request and generated index, the scores each token is chosen from (greedy: the raw logits), and the
+    cache's prefix search to keep how many prompt tokens each request reused. A request arrives once
+    `after` tokens were made (counted in the same hook) and its `after_finished` requests came back."""
+
+    current = None  # the run the class-level hooks report to
+
+    def __init__(self, engine, prefix_sharing, block_size, num_blocks, max_batch_tokens):
+        from transformers.generation.continuous_batching import cache, model_runner
+        self.engine, self.prefix_sharing = engine, prefix_sharing
+        self.block_size, self.num_blocks, self.max_batch_tokens = block_size, num_blocks, max_batch_tokens
+        self.scores, self.reused, self.made = {}, {}, 0
+        self._model = None
+        runner, paged = model_runner.ModelRunner, cache.PagedAttentionCache
+        if not getattr(runner, "_tinygpt_wrapped", False):
+            sample, search = runner._sample, paged.search_prefix_match
+
+            def keep(runner_self, scores, output_ids):
+                run = Served.current
+                if run is not None:
+                    live = [f for f in runner_self.inputs_and_outputs.requests_in_batch if f.has_new_token]
+                    for j, f in enumerate(live):  # scores row j is the j-th request that gets a token
+                        run.scores.setdefault(f.state.request_id, {})[len(f.state.generated_tokens)] = scores[0, j].float().clone()
+                        run.made += 1
+                sample(runner_self, scores, output_ids)
+
+            def searched(cache_self, request_id, prompt_ids):
+                n = search(cache_self, request_id, prompt_ids)
+                if Served.current is not None:
+                    Served.current.reused[request_id] = Served.current.reused.get(request_id, 0) + n
+                return n
+            runner._sample, paged.search_prefix_match, runner._tinygpt_wrapped = keep, searched, True
+
+    def model(self):
+        """A model of its own (the manager switches its attention to paged), with the engine's weights."""
+        if self._model is None:
+            m = GPTNeoXForCausalLM(self.engine.config).eval()
+            m.load_state_dict(self.engine.model.state_dict())
+            m.set_attn_implementation("eager")
+            self._model = m
+        return self._model
+
+    @torch.no_grad()
+    def run(self, requests, timeout=300.0):
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+        self.scores, self.reused, self.made = {}, {}, 0
+        copies = max(int(q.get("copies", 1)) for q in requests)
+        gc = GenerationConfig(do_sample=False, max_new_tokens=max(int(q["n"]) for q in requests), eos_token_id=None, pad_token_id=0)
+        gc.num_return_sequences = copies  # greedy children: set after validation, which refuses it in the constructor
+        cb = ContinuousBatchingConfig(block_size=self.block_size, num_blocks=self.num_blocks, max_batch_tokens=self.max_batch_tokens,
+                                      allow_block_sharing=self.prefix_sharing, scheduler_type="fifo", use_cuda_graph=False,
+                                      use_async_batching=False)
+        mgr = self.model().init_continuous_batching(generation_config=gc, continuous_batching_config=cb)
+        Served.current = self
+        got = {}  # sequence key -> GenerationOutput, in the order they came back
+        try:
+            mgr.start()
+            pending, outstanding, finished = list(requests), set(), set()
+            expected, deadline = len(requests) * copies, time.time() + timeout
+
+            def submit(q):
+                mgr.add_request([int(i) for i in q["ids"]], request_id="r%d" % q["id"], max_new_tokens=int(q["n"]))
+                outstanding.add(q["id"])
+                pending.remove(q)
+            while len(got) < expected:
+                if time.time() > deadline:
+                    raise RuntimeError("continuous batching returned %d of %d sequences in %.0f s" % (len(got), expected, timeout))
+                for q in [q for q in pending if self.made >= int(q.get("after", 0)) and set(q.get("after_finished", [])) <= finished]:
+                    submit(q)
+                if pending and not outstanding:  # nothing runs to make the tokens the next one waits for
+                    submit(pending[0])
+                out = mgr.get_result(timeout=0.02)
+                if out is None:
+                    if mgr.fatal_error is not None:
+                        raise RuntimeError("continuous batching failed: %s" % mgr.fatal_error)
+                    continue
+                if getattr(out, "error", None):
+                    raise RuntimeError("request %s failed: %s" % (out.request_id, out.error))
+                got[out.request_id] = out
+                parent = out.request_id.split("__child#")[0]
+                if all(k in got for k in [parent] + ["%s__child#%d" % (parent, i) for i in range(copies - 1)]):
+                    outstanding.discard(int(parent[1:]))
+                    finished.add(int(parent[1:]))
+        finally:
+            mgr.stop(block=True)
+            Served.current = None
+        results = []
+        for q in requests:
+            rid, n = "r%d" % q["id"], int(q["n"])
+            for c in range(int(q.get("copies", 1))):  # children a request did not ask for are dropped
+                key = rid if c == 0 else "%s__child#%d" % (rid, c - 1)
+                own, parent = self.scores.get(key, {}), self.scores.get(rid, {})
+                steps = [own.get(i, parent.get(i)) for i in range(n)]  # a child's first tokens were its parent's
+                ids = [int(t) for t in got[key].generated_tokens]
+                if any(x is None for x in steps) or len(ids) != n:
+                    raise RuntimeError("sequence %s: %d ids, scores for %d of %d steps" % (key, len(ids), sum(x is not None for x in steps), n))
+                results.append({"id": q["id"], "copy": c, "ids": ids, "logits": [x.tolist() for x in steps],
+                                "reused": min(self.reused.get(key, 0), len(q["ids"])), "key": key})
+        if "results-by-finish-order" in FAULTS:  # planted: answers matched to requests in the order they came back
+            came = {r["key"]: r for r in results}
+            sources = [(came[k]["ids"], came[k]["logits"]) for k in got if k in came]
+            for r, (ids, logits) in zip(results, sources):
+                r["ids"], r["logits"] = ids, logits
+        for r in results:
+            del r["key"]
+        return results
+
+
+def processed(x, hist, t, k, p, r):
+    """One row's scores x (1, V) through transformers' own processors in the suite's order: repetition
+    penalty, temperature, top-k, top-p. At temperature 0 only the penalty: the argmax is the pick."""
+    V = x.shape[1]
+    h = torch.tensor([hist], dtype=torch.long) if hist else None
+    if r != 1.0 and h is not None:  # the penalty reads the history; an empty one leaves the scores alone
+        x = RepetitionPenaltyLogitsProcessor(r)(h, x)
     if t == 0:
-        if r != 1.0:
-            x = torch.stack([RepetitionPenaltyLogitsProcessor(r)(torch.tensor([h or [0]]), x[b:b + 1])[0] if h else x[b]
-                             for b, h in enumerate(hist)])
-        return x.argmax(-1, keepdim=True).repeat(1, n).tolist()
-    procs = LogitsProcessorList()
-    if r != 1.0:
-        procs.append(RepetitionPenaltyLogitsProcessor(r))
-    procs.append(TemperatureLogitsWarper(t))
+        return x
+    procs = [TemperatureLogitsWarper(t)]
     if 0 < k < V:
         procs.append(TopKLogitsWarper(k))
     if p < 1.0:
         procs.append(TopPLogitsWarper(p))
-    rows = []
-    for b in range(B):
-        h = torch.tensor([hist[b]], dtype=torch.long) if hist[b] else torch.zeros((1, 0), dtype=torch.long)
-        y = x[b:b + 1]
-        for proc in procs:  # the penalty reads the history; an empty one leaves the scores alone
-            if isinstance(proc, RepetitionPenaltyLogitsProcessor) and h.numel() == 0:
-                continue
-            y = proc(h, y)
-        rows.append(y[0])
-    g = torch.Generator().manual_seed(int(req["seed"]))
-    return torch.multinomial(torch.stack(rows).softmax(-1), n, replacement=True, generator=g).tolist()
+    ids = h if h is not None else torch.zeros((1, 0), dtype=torch.long)
+    for proc in procs:
+        x = proc(ids, x)
+    return x
+
+
+def settings_of(d):
+    return float(d["temperature"]), int(d["top_k"]), float(d["top_p"]), float(d["penalty"])
+
+
+def sample(req):
+    """transformers' processors and torch.multinomial. Without "rows": one setting and one generator seeded
+    once for the batch; with "rows" (row-sampling): each row its own settings and its own generator (a
+    request's own seed, as generate() takes one per call; none: fresh entropy)."""
+    x = torch.tensor([[float(v) for v in row] for row in req["logits"]], dtype=torch.float32)  # (B, V)
+    B = x.shape[0]
+    hist = req.get("history") or [[] for _ in range(B)]
+    n = int(req["n"])
+    if "rows" not in req:
+        t, k, p, r = settings_of(req)
+        y = torch.cat([processed(x[b:b + 1], hist[b], t, k, p, r) for b in range(B)])
+        if t == 0:
+            return y.argmax(-1, keepdim=True).repeat(1, n).tolist()
+        g = torch.Generator().manual_seed(int(req["seed"]))
+        return torch.multinomial(y.softmax(-1), n, replacement=True, generator=g).tolist()
+    if len(req["rows"]) != B:
+        raise ValueError("%d row settings for %d rows" % (len(req["rows"]), B))
+    out = []
+    for b, row in enumerate(req["rows"]):
+        t, k, p, r = settings_of(row)
+        y = processed(x[b:b + 1], hist[b], t, k, p, r)
+        if t == 0:
+            out.append([int(y[0].argmax())] * n)
+            continue
+        g = torch.Generator()
+        if row.get("seed") is None:
+            g.seed()
+        else:
+            g.manual_seed(int(row["seed"]))
+        out.append(torch.multinomial(y.softmax(-1), n, replacement=True, generator=g)[0].tolist())
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cache", choices=("dynamic", "sliding", "static"), default="sliding")
+    ap.add_argument("--prefix-sharing", choices=("on", "off"), default="on",
+                    help="generate: continuous batching's block sharing between requests (allow_block_sharing)")
+    ap.add_argument("--block-size", type=int, default=16, help="generate: tokens per KV cache block")
+    ap.add_argument("--num-blocks", type=int, default=64, help="generate: blocks in the paged cache")
+    ap.add_argument("--max-batch-tokens", type=int, default=48,
+                    help="generate: tokens per forward (a longer prompt is prefilled in chunks over several)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     engine = Engine(args.cache)
-    ops = ["ragged", "join", "fork", "release", "threads"] + ([] if args.cache == "sliding" else ["truncate"])
-    ops3 = ops + ["extend", "save", "restore"]
+    served = Served(engine, args.prefix_sharing == "on", args.block_size, args.num_blocks, args.max_batch_tokens)
+    ops = ["ragged", "join", "fork", "release", "threads", "row-sampling"] + ([] if args.cache == "sliding" else ["truncate"])
+    ops3 = ops + ["extend", "save", "restore", "generate"]
     spoken = 1
-    for line in sys.stdin:
-        req = json.loads(line)
+
+    def handle(req):
+        nonlocal spoken
         op = req.get("op")
-        if op == "quit":
-            return
-        try:
-            if op == "hello":
-                name = "transformers %s (%s)" % (transformers.__version__, {"dynamic": "DynamicCache", "static": "StaticCache",
-                                                                          "sliding": "DynamicSlidingWindowLayer"}[args.cache])
-                if FAULTS:
-                    name += " [%s]" % ",".join(sorted(FAULTS))
-                out = {"ok": True, "name": name, "formats": ["safetensors"], "sampler": True}
-                spoken = min(3, int(req.get("protocol", 1)))
-                if spoken >= 2:
-                    out["protocol"] = spoken
-                    out["operations"] = ops3 if spoken >= 3 else ops
-            elif op == "load":
-                engine.load(req)
-                out = {"ok": True}
-            elif op == "reset":
-                engine.reset()
-                out = {"ok": True}
-            elif op == "prefill":
-                logits, made = engine.add_rows(req["ids"])
-                out = {"ok": True, "logits": logits, "rows": made}
-            elif op == "step":
-                rows = req.get("rows", sorted(engine.rows))
-                out = {"ok": True, "logits": engine.step_rows(rows, [i[0] if isinstance(i, list) else i for i in req["ids"]])}
-            elif op == "fork":
-                out = {"ok": True, "row": engine.fork(req["row"])}
-            elif op == "extend" and spoken >= 3:
-                out = {"ok": True, "logits": [engine.extend(req["row"], req["ids"])]}
-            elif op == "save" and spoken >= 3:
-                out = {"ok": True, "state": engine.save(req["row"])}
-            elif op == "restore" and spoken >= 3:
-                out = {"ok": True, "row": engine.restore(req["state"])}
-            elif op == "truncate" and "truncate" in ops:
-                engine.truncate(req["row"], req["n"])
-                out = {"ok": True}
-            elif op == "release":
-                engine.rows.pop(req["row"], None)
-                out = {"ok": True}
-            elif op == "threads":
-                out = {"ok": True, "before": torch.get_num_threads()}
-                torch.set_num_threads(int(req["n"]))
-            elif op == "sample":
-                out = {"ok": True, "ids": sample(req)}
-            else:
-                out = {"ok": False, "error": "unknown op %r" % op}
-        except Exception as e:  # reported against the request that caused it
-            out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+        if op == "hello":
+            name = "transformers %s (%s; generate: continuous batching, prefix sharing %s)" % (
+                transformers.__version__, {"dynamic": "DynamicCache", "static": "StaticCache", "sliding": "DynamicSlidingWindowLayer"}[args.cache],
+                args.prefix_sharing)
+            if FAULTS:
+                name += " [%s]" % ",".join(sorted(FAULTS))
+            out = {"ok": True, "name": name, "formats": ["safetensors"], "sampler": True}
+            spoken = min(3, int(req.get("protocol", 1)))
+            if spoken >= 2:
+                out["protocol"] = spoken
+                out["operations"] = ops3 if spoken >= 3 else ops
+        elif op == "load":
+            engine.load(req)
+            served._model = None  # continuous batching's own copy is made again from these weights
+            out = {"ok": True}
+        elif op == "reset":
+            engine.reset()
+            out = {"ok": True}
+        elif op == "prefill":
+            logits, made = engine.add_rows(req["ids"])
+            out = {"ok": True, "logits": logits, "rows": made}
+        elif op == "step":
+            rows = req.get("rows", sorted(engine.rows))
+            out = {"ok": True, "logits": engine.step_rows(rows, [i[0] if isinstance(i, list) else i for i in req["ids"]])}
+        elif op == "fork":
+            out = {"ok": True, "row": engine.fork(req["row"])}
+        elif op == "extend" and spoken >= 3:
+            out = {"ok": True, "logits": [engine.extend(req["row"], req["ids"])]}
+        elif op == "save" and spoken >= 3:
+            out = {"ok": True, "state": engine.save(req["row"])}
+        elif op == "restore" and spoken >= 3:
+            out = {"ok": True, "row": engine.restore(req["state"])}
+        elif op == "generate" and spoken >= 3:
+            out = {"ok": True, "results": served.run(req["requests"])}
+        elif op == "truncate" and "truncate" in ops:
+            engine.truncate(req["row"], req["n"])
+            out = {"ok": True}
+        elif op == "release":
+            engine.rows.pop(req["row"], None)
+            out = {"ok": True}
+        elif op == "threads":
+            out = {"ok": True, "before": torch.get_num_threads()}
+            torch.set_num_threads(int(req["n"]))
+        elif op == "sample":
+            out = {"ok": True, "ids": sample(req)}
+        else:
+            out = {"ok": False, "error": "unknown op %r" % op}
+        return out
+
+    serve(handle)
 
 
 if __name__ == "__main__":

@@ -709,11 +709,13 @@ TEST(CheckTable, SelectionsAreDerivedFromTheTags) {
   EXPECT_EQ(kChecks, (std::vector<std::string>{"tokens", "logits", "window-reference", "reset", "teacher-forced", "sampled",
                                                "long-prompt", "batch"}));
   const auto ours = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
-  EXPECT_EQ(ours.size() + 1, model_checks().size()) << "every row but self";
+  EXPECT_EQ(ours.size() + 2, model_checks().size()) << "every row but the engine-only self and served";
   EXPECT_EQ(std::count(ours.begin(), ours.end(), "self"), 0);
+  EXPECT_EQ(std::count(ours.begin(), ours.end(), "served"), 0);
   const auto ops = row_operation_checks();
   for (const char* n : {"ragged", "join-leave", "fork", "rollback"}) EXPECT_EQ(std::count(ops.begin(), ops.end(), n), 1) << n;
-  for (const auto& c : model_checks()) EXPECT_EQ(std::count(ops.begin(), ops.end(), c.name), !c.op.empty() && c.is(Tag::Serving) ? 1 : 0) << c.name;
+  for (const auto& c : model_checks())
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), c.name), !c.op.empty() && c.is(Tag::Serving) && !c.is(Tag::EngineOnly) ? 1 : 0) << c.name;
   for (const auto& c : model_checks()) EXPECT_EQ(c.is(Tag::Serving) && c.op.empty(), c.name == "batch-sizes") << c.name;
   const auto conformed = conform_selection({"sampler"});
   for (const auto& n : conformed) EXPECT_FALSE(find_check(n).is(Tag::NeedsScores)) << n;

@@ -44,19 +44,22 @@ def main():
     check("0.4.0" in old_doc["engine"] and "0.7.0" in new_doc["engine"], "the reports name the two releases")
     check(old_rc == 0 and new_rc == 0, "both releases pass these rows on their own (exit %d, %d)" % (old_rc, new_rc))
 
-    # The gate: no verdict lost, no row dropped, no figure more than twice its old value.
-    rc, out = compare(old, new, "--margin", "1", "--json", os.path.join(work, "upgrade.json"))
+    # The gate: no verdict lost, no row dropped, no figure more than 2.5 times its old value. Not 2: `self`
+    # on a tanh-GELU engine is fp32 noise turned into fp16 table steps, and how it falls depends on ggml's
+    # CPU kernels (0.4.0 -> 0.7.0: 2.15e-4 -> 1.04e-4 on an AVX-512 Intel host, 1.99e-4 -> 4.30e-4 on an
+    # AVX2 AMD one, both inside its 5e-4 bound); the planted fault below moves its rows x24 to x3e5.
+    rc, out = compare(old, new, "--margin", "1.5", "--json", os.path.join(work, "upgrade.json"))
     gate = json.load(open(os.path.join(work, "upgrade.json")))
     check(gate["engines"]["old"] == old_doc["engine"] and gate["engines"]["new"] == new_doc["engine"],
           "the comparison names both engines")
     check(rc == (0 if gate["passed"] else 1), "the exit code is the comparison's verdict (%d)" % rc)
-    check(rc == 0, "the upgrade 0.4.0 -> 0.7.0 passes the gate: no row worse by more than x2")
+    check(rc == 0, "the upgrade 0.4.0 -> 0.7.0 passes the gate: no row worse by more than x2.5")
     check(any(r["moved"] for r in gate["rows"]), "the figures that moved between releases are reported")
 
     # The same release with a cache that never trims: the gate refuses it, naming the rows it broke.
     bad, bad_rc, _ = conform(new_engine, "new-never-trimmed", "never-trimmed")
     check(bad_rc == 1, "the planted fault fails conform")
-    rc, out = compare(old, bad, "--margin", "1")
+    rc, out = compare(old, bad, "--margin", "1.5")
     check(rc == 1, "the gate refuses the release with the planted fault (exit %d)" % rc)
     worse = [l for l in out.splitlines() if l.startswith("WORSE")]
     check(any("window-reference" in l and "pass -> fail" in l for l in worse), "it names window-reference, pass -> fail")

@@ -45,6 +45,9 @@ CASES = {
     "stderr-flood": ("stderr-flood", 0, SHORT, "all 1 checks passed", 120),
     "odd-floats": ("odd-floats", 0, ["--checks", "tokens,logits", "--tokens", "8"], "all 2 checks passed", 120),
     "quit-blocked": ("quit-blocked", 0, SHORT, "all 1 checks passed", 120),
+    # generate's answers: a sequence that never came back, a result for a request never sent.
+    "generate-drops-one": ("generate-drops-one", 1, ["--checks", "served"], "answered no result for request", 120),
+    "generate-unasked": ("generate-unasked", 1, ["--checks", "served"], "a result for no request it was sent", 120),
     # A timeout inside a sampler law is the engine's silence, not a falsified law.
     "law-timeout": ("law-timeout", 2, ["--checks", "sampler"], "no answer to 'sample'", 200),
 }

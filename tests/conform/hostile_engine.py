@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.join(HERE, "..", "..", "engines", "reference", "python_reference.py")
 
 # Modes whose answers are the example engine's, delivered oddly: conform must pass them.
-PROXIED = {"stderr-flood", "odd-floats", "quit-blocked", "law-timeout"}
+PROXIED = {"stderr-flood", "odd-floats", "quit-blocked", "law-timeout", "generate-drops-one", "generate-unasked"}
 
 
 def out(text):
@@ -99,6 +99,13 @@ def proxy():
             sys.stderr.flush()
         if MODE == "odd-floats":
             got = odd_floats(got.rstrip("\n")) + "\n"
+        if op == "generate" and MODE in ("generate-drops-one", "generate-unasked"):
+            a = json.loads(got)
+            if MODE == "generate-drops-one":  # a request that silently never came back (generate_batch has done it)
+                a["results"].pop()
+            else:  # a result for a request nobody sent
+                a["results"].append(dict(a["results"][0], id=999))
+            got = json.dumps(a) + "\n"
         out(got)
 
 

@@ -38,11 +38,16 @@ CheckResult declared_row(const std::string& name) {
     row.detail = "unknown to this suite: no check relaxed (known: " + deviation_names() + ")";
     return row;
   }
-  std::string touched;
-  for (const auto& c : d->touched()) touched += (touched.empty() ? "" : ", ") + c;
+  std::string touched, voided;
+  for (const auto& c : d->touched())
+    if (std::find(d->voids.begin(), d->voids.end(), c) == d->voids.end()) touched += (touched.empty() ? "" : ", ") + c;
+  for (const auto& c : d->voids) voided += (voided.empty() ? "" : ", ") + c;
   row.detail = d->what + "; " +
-               (d->tolerance ? "judges " + touched + " at max |diff| <= " + sci(*d->tolerance) : "reports " + touched + " as declared where it fails") +
-               (d->self_tolerance ? ", self at " + sci(*d->self_tolerance) : std::string()) + " (" + d->evidence + ")";
+               (d->max_kl      ? "judges " + touched + " by mean KL per step <= " + sci(*d->max_kl)
+                : d->tolerance ? "judges " + touched + " at max |diff| <= " + sci(*d->tolerance)
+                               : "reports " + touched + " as declared where it fails") +
+               (d->self_tolerance ? ", self at " + sci(*d->self_tolerance) : std::string()) +
+               (voided.empty() ? std::string() : "; reports " + voided + " as declared where it fails") + " (" + d->evidence + ")";
   return row;
 }
 

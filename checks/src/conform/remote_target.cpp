@@ -23,6 +23,7 @@ json ids_json(const at::Tensor& ids) {  // (B, T) int64 -> [[...], ...]
 RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, int64_t context)
     : p_(p), name_("engine '" + engine_text(hello.value("name", std::string("(unnamed)")), 80) + "'"), vocab_(vocab), context_(context) {
   has_sampler_ = !(hello.contains("sampler") && hello["sampler"].is_boolean() && !hello["sampler"].get<bool>());
+  takes_rows_ = !(hello.contains("rows") && hello["rows"].is_boolean() && !hello["rows"].get<bool>());
   if (hello.contains("protocol") && hello["protocol"].is_number_integer()) protocol_ = hello["protocol"].get<int>();
   if (hello.contains("max_rows") && hello["max_rows"].is_number_integer()) max_rows_ = hello["max_rows"].get<int64_t>();
   if (hello.contains("operations") && hello["operations"].is_array())
@@ -32,7 +33,11 @@ RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, i
     for (const auto& d : hello["deviations"])
       if (d.is_string()) deviations_.push_back(d.get<std::string>());
   sampler_ = {name_, "the engine's sampler through 'sample'", nullptr,
-              [this](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, h, s); }};
+              [this](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, h, s); }, nullptr};
+  if (serving_unsupported("row-sampling").empty())
+    sampler_.pick_rows = [this](const at::Tensor& l, const at::Tensor& h, const std::vector<RowSampling>& r, int64_t n) {
+      return pick_rows(l, h, r, n);
+    };
 }
 
 json RemoteTarget::ok(const json& req) {
@@ -57,6 +62,10 @@ at::Tensor RemoteTarget::prefill(const at::Tensor& ids) {
 
 at::Tensor RemoteTarget::step(const at::Tensor& ids) {
   return logits(ok({{"op", "step"}, {"ids", ids_json(ids)}}), ids.size(0), "step");
+}
+
+std::string RemoteTarget::rows_unsupported() const {
+  return takes_rows_ ? "" : "the engine takes whole requests only (its hello says \"rows\": false): no prefill or step of a row";
 }
 
 std::string RemoteTarget::serving_unsupported(const std::string& op) const {
@@ -94,6 +103,7 @@ void check_hello(const json& h) {
       if (!e.is_string()) bad(std::string("a \"") + list + "\" entry that is not a string");
   }
   if (h.contains("sampler") && !h["sampler"].is_boolean()) bad("a \"sampler\" that is not true or false");
+  if (h.contains("rows") && !h["rows"].is_boolean()) bad("a \"rows\" that is not true or false");
   if (h.contains("max_rows") && (!h["max_rows"].is_number_integer() || h["max_rows"].get<int64_t>() < 1))
     bad("a \"max_rows\" that is not a positive integer");
 }
@@ -182,6 +192,96 @@ void RemoteTarget::shift_row(int64_t row, int64_t keep, int64_t discard) {
   ok({{"op", "shift"}, {"row", row}, {"keep", keep}, {"discard", discard}});
 }
 
+std::vector<ServedResult> RemoteTarget::serve(const std::vector<ServedRequest>& requests) {
+  json rs = json::array();
+  for (const ServedRequest& q : requests) {
+    json r = {{"id", q.id}, {"ids", q.prompt}, {"n", q.n}};
+    if (q.after) r["after"] = q.after;
+    if (!q.after_finished.empty()) r["after_finished"] = q.after_finished;
+    if (q.copies != 1) r["copies"] = q.copies;
+    if (q.keep >= 0) r["keep"] = q.keep;
+    rs.push_back(std::move(r));
+  }
+  return answer_served(ok({{"op", "generate"}, {"requests", rs}}), requests, vocab_);
+}
+
+std::vector<ServedResult> answer_served(const json& a, const std::vector<ServedRequest>& requests, int64_t V) {
+  const json& rs = a.contains("results") ? a["results"] : json();
+  if (!rs.is_array()) throw WrongAnswer("'generate' answered without \"results\": a list of every sequence asked for");
+  std::map<int64_t, const ServedRequest*> asked;
+  size_t sequences = 0;
+  for (const ServedRequest& q : requests) asked[q.id] = &q, sequences += static_cast<size_t>(q.copies);
+  std::map<std::pair<int64_t, int64_t>, bool> seen;
+  std::vector<ServedResult> out;
+  for (const json& r : rs) {
+    if (!r.is_object() || !r.contains("id") || !r["id"].is_number_integer() || !asked.count(r["id"].get<int64_t>()))
+      throw WrongAnswer("'generate' answered a result for no request it was sent: " + engine_json(r));
+    const ServedRequest& q = *asked[r["id"].get<int64_t>()];
+    ServedResult res;
+    res.id = q.id;
+    res.copy = r.contains("copy") && r["copy"].is_number_integer() ? r["copy"].get<int64_t>() : 0;
+    const std::string which = "request " + std::to_string(q.id) + " copy " + std::to_string(res.copy);
+    if (res.copy < 0 || res.copy >= q.copies || seen[{q.id, res.copy}])
+      throw WrongAnswer("'generate' answered " + which + " twice, or a copy it was not asked for (" + std::to_string(q.copies) + " asked)");
+    seen[{q.id, res.copy}] = true;
+    if (!r.contains("ids") || !r["ids"].is_array() || static_cast<int64_t>(r["ids"].size()) != q.n)
+      throw WrongAnswer("'generate' answered " + which + " without " + std::to_string(q.n) + " ids");
+    for (const json& id : r["ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= V)
+        throw WrongAnswer("'generate' answered " + which + " an id outside [0, " + std::to_string(V) + "): " + engine_json(id));
+      res.ids.push_back(id.get<int64_t>());
+    }
+    if (r.contains("logits")) {
+      res.logits = answer_logits(r, q.n, V, "generate (" + which + ")");
+    } else if (r.contains("top") && r["top"].is_array() && static_cast<int64_t>(r["top"].size()) == q.n) {
+      for (const json& step : r["top"]) {
+        if (!step.is_array() || step.empty()) throw WrongAnswer("'generate' answered " + which + " a step without top log-probabilities");
+        std::vector<std::pair<int64_t, double>> entries;
+        for (const json& e : step) {
+          if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || e[0].get<int64_t>() < 0 || e[0].get<int64_t>() >= V ||
+              !e[1].is_number() || !std::isfinite(e[1].get<double>()) || e[1].get<double>() > 1e-3)
+            throw WrongAnswer("'generate' answered " + which + " a top entry that is not [id, log-probability]: " + engine_json(e));
+          entries.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
+        }
+        res.top.push_back(std::move(entries));
+      }
+    } else {
+      throw WrongAnswer("'generate' answered " + which + " without \"logits\" (" + std::to_string(q.n) +
+                        " rows) or \"top\" (" + std::to_string(q.n) + " lists): what its ids were chosen from");
+    }
+    if (r.contains("reused")) {
+      if (!r["reused"].is_number_integer() || r["reused"].get<int64_t>() < 0 ||
+          r["reused"].get<int64_t>() > static_cast<int64_t>(q.prompt.size()))
+        throw WrongAnswer("'generate' answered " + which + " \"reused\" " + engine_json(r["reused"]) + " for a " +
+                          std::to_string(q.prompt.size()) + "-token prompt");
+      res.reused = r["reused"].get<int64_t>();
+    }
+    if (r.contains("shifts")) {  // each {before, keep, discard}, in order, only where the request allowed shifting
+      const json& sh = r["shifts"];
+      if (!sh.is_array() || (q.keep < 0 && !sh.empty()))
+        throw WrongAnswer("'generate' answered " + which + " \"shifts\" it was not asked to make: " + engine_json(sh));
+      int64_t last = -1;
+      for (const json& e : sh) {
+        auto field = [&](const char* k) { return e.is_object() && e.contains(k) && e[k].is_number_integer() ? e[k].get<int64_t>() : -1; };
+        const ServedShift shift{field("before"), field("keep"), field("discard")};
+        if (shift.before <= last || shift.before >= q.n || shift.keep < 0 || shift.discard < 1)
+          throw WrongAnswer("'generate' answered " + which + " a shift that is not {before, keep, discard} in order within its " +
+                            std::to_string(q.n) + " ids: " + engine_json(e));
+        last = shift.before;
+        res.shifts.push_back(shift);
+      }
+    }
+    out.push_back(std::move(res));
+  }
+  if (out.size() != sequences)
+    for (const ServedRequest& q : requests)
+      for (int64_t c = 0; c < q.copies; ++c)
+        if (!seen[{q.id, c}])
+          throw WrongAnswer("'generate' answered no result for request " + std::to_string(q.id) + " copy " + std::to_string(c) + " (" +
+                            std::to_string(out.size()) + " of " + std::to_string(sequences) + " sequences came back)");
+  return out;
+}
+
 std::string answer_state(const json& a) {
   if (!a.contains("state") || !a["state"].is_string() || a["state"].get_ref<const std::string&>().empty())
     throw WrongAnswer("'save' answered without \"state\": the row's state as a non-empty string");
@@ -208,6 +308,48 @@ at::Tensor answer_logits(const json& a, int64_t rows, int64_t vocab_, const std:
     }
   }
   return out;
+}
+
+namespace {
+
+// A row of logits (V) as the protocol carries it: a masked score is the string "-inf" (JSON has no
+// infinities); NaN or +inf cannot be sent.
+json logits_row(const at::Tensor& row) {
+  json r = json::array();
+  const float* xp = row.data_ptr<float>();
+  for (int64_t v = 0; v < row.size(0); ++v) {
+    if (std::isfinite(xp[v])) r.push_back(xp[v]);
+    else if (xp[v] < 0 && std::isinf(xp[v])) r.push_back("-inf");
+    else throw std::invalid_argument("conform: a law made a logit the protocol cannot carry");
+  }
+  return r;
+}
+
+json history_row(const at::Tensor& h, int64_t b) {  // h (B, T) int64 contiguous, or undefined
+  if (!h.defined() || h.size(1) == 0) return json::array();
+  return std::vector<int64_t>(h[b].data_ptr<int64_t>(), h[b].data_ptr<int64_t>() + h.size(1));
+}
+
+}  // namespace
+
+at::Tensor RemoteTarget::pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n) {
+  at::Tensor x = logits.to(at::kCPU).to(at::kFloat).contiguous();  // (B, V)
+  at::Tensor h = history.defined() ? history.to(at::kCPU).to(at::kLong).contiguous() : at::Tensor();
+  json ls = json::array(), hs = json::array(), settings = json::array();
+  for (int64_t b = 0; b < x.size(0); ++b) {
+    ls.push_back(logits_row(x[b]));
+    hs.push_back(history_row(h, b));
+    const SamplingSettings& s = rows.at(static_cast<size_t>(b)).settings;
+    json r = {{"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"penalty", s.penalty}};
+    if (rows[static_cast<size_t>(b)].seed) r["seed"] = *rows[static_cast<size_t>(b)].seed;
+    settings.push_back(std::move(r));
+  }
+  const auto ids = answer_sample_ids(ok({{"op", "sample"}, {"logits", ls}, {"history", hs}, {"rows", settings}, {"n", n}}),
+                                     static_cast<size_t>(x.size(0)), n, x.size(1));
+  at::Tensor out = at::empty({x.size(0), n}, at::kLong);
+  for (int64_t b = 0; b < x.size(0); ++b)
+    for (int64_t i = 0; i < n; ++i) out[b][i] = ids[static_cast<size_t>(b)][static_cast<size_t>(i)];
+  return out.to(logits.device());
 }
 
 // `pick` through `sample` requests, seeded from LibTorch's default generator (so the laws'
@@ -240,15 +382,8 @@ at::Tensor RemoteTarget::pick(const at::Tensor& logits, const at::Tensor& histor
   }
   json rows = json::array(), hist = json::array();
   for (int64_t b : send) {
-    json r = json::array();
-    const float* xp = x[b].data_ptr<float>();
-    for (int64_t v = 0; v < V; ++v) {
-      if (std::isfinite(xp[v])) r.push_back(xp[v]);
-      else if (xp[v] < 0 && std::isinf(xp[v])) r.push_back("-inf");
-      else throw std::invalid_argument("conform: a law made a logit the protocol cannot carry");
-    }
-    rows.push_back(std::move(r));
-    hist.push_back(T ? std::vector<int64_t>(h[b].data_ptr<int64_t>(), h[b].data_ptr<int64_t>() + T) : std::vector<int64_t>{});
+    rows.push_back(logits_row(x[b]));
+    hist.push_back(history_row(h, b));
   }
   const int64_t seed = at::randint(0, int64_t(1) << 30, {1}, at::kLong).item<int64_t>();
   const json a = ok({{"op", "sample"}, {"logits", rows}, {"history", hist}, {"temperature", s.temperature}, {"top_k", s.top_k},

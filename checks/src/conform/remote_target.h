@@ -46,6 +46,10 @@ int answer_before(const nlohmann::json& answer);
 std::string answer_state(const nlohmann::json& answer);
 // sample's "ids": `rows` rows of `n` ids each in [0, vocab).
 std::vector<std::vector<int64_t>> answer_sample_ids(const nlohmann::json& answer, size_t rows, int64_t n, int64_t vocab);
+// generate's "results": one per sequence asked for (every request's copies, each once), each with `n`
+// ids in [0, vocab) and what they were chosen from: "logits" (n rows of vocab finite numbers) or "top"
+// (n lists of [id, log-probability] pairs, at least one each, log-probabilities finite and <= 1e-3).
+std::vector<ServedResult> answer_served(const nlohmann::json& answer, const std::vector<ServedRequest>& requests, int64_t vocab);
 // Throws EngineUnusable when hello's fields have the wrong types or name a protocol outside 1 to kProtocol.
 void check_hello(const nlohmann::json& hello);
 
@@ -79,6 +83,8 @@ class RemoteTarget final : public DecodeTarget {
   std::string save_row(int64_t row) override;
   int64_t restore_row(const std::string& state) override;
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;
+  std::vector<ServedResult> serve(const std::vector<ServedRequest>& requests) override;
+  std::string rows_unsupported() const override;
   int64_t requests() const { return p_.requests(); }
   // A second process of the same engine (started, greeted and loaded by `spawn` when asked): where
   // save-restore restores its states into a fresh context. Without a spawn, none.
@@ -97,6 +103,8 @@ class RemoteTarget final : public DecodeTarget {
     return answer_logits(answer, rows, vocab_, op);
   }
   at::Tensor pick(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
+  // `sample` with "rows": each row its own settings and seed (op "row-sampling"): (B, n) ids.
+  at::Tensor pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n);
 
   EngineProcess& p_;
   std::shared_ptr<void> owner_;
@@ -108,6 +116,7 @@ class RemoteTarget final : public DecodeTarget {
   std::vector<int64_t> reused_;  // the last prefill's "reused", when it said
   int64_t max_rows_ = 0;         // hello's "max_rows"; 0: it named no limit
   bool has_sampler_ = true;
+  bool takes_rows_ = true;  // hello's "rows": false says the engine takes whole requests only
   int protocol_ = 1;
   std::vector<std::string> operations_;
   props::SamplerUnderTest sampler_;

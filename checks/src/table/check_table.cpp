@@ -38,6 +38,8 @@ void churn_check(CheckContext&, CheckResult&);
 void save_restore_check(CheckContext&, CheckResult&);
 // context_shift.cpp
 void context_shift_check(CheckContext&, CheckResult&);
+// served.cpp
+void served_check(CheckContext&, CheckResult&);
 
 namespace {
 
@@ -73,7 +75,7 @@ std::vector<CheckDef> make_table() {
       {check::kBatch,
        "different prompts in one batch: each row equals its sequence alone (batch 1, uncached), inside and past the "
        "window, its ids the greedy choice of those logits, row 0 the main run",
-       batch_check, past, Judge::Reference, "", Cost::Run, "rows mixed or shifted in the cache, a row handed another row's token"},
+       batch_check, past, Judge::Reference, "", Cost::Run, "rows mixed or shifted in the cache, a row handed another row's token", 3},
       // Our own caches: `logits` already compares every cached step with the full forward, which is our
       // prefill; `self` is for targets that are not our model (conform).
       {check::kSelf,
@@ -83,15 +85,15 @@ std::vector<CheckDef> make_table() {
        "a cache bug in an engine that is not bit-exact with our model; a bug both paths share passes it"},
       {check::kRagged,
        "rows of different prompt lengths (3, 9, 17) in one batch each equal their sequence alone, inside and past the window",
-       ragged_check, serving, Judge::Reference, "ragged", Cost::Run, "positions counted from the padded length"},
+       ragged_check, serving, Judge::Reference, "ragged", Cost::Run, "positions counted from the padded length", 3},
       {check::kJoinLeave,
        "a row leaving and another joining a running batch change no row: each equals its sequence alone", join_leave_check,
-       serving, Judge::Reference, "join", Cost::Run, "a joined row stepped at the batch's position, a freed slot reused unreset"},
+       serving, Judge::Reference, "join", Cost::Run, "a joined row stepped at the batch's position, a freed slot reused unreset", 2},
       {check::kFork,
        "a row forked early and again far past the window (its entries moved): parent and children continue apart, each "
        "equal to its sequence alone",
        fork_check, serving, Judge::Reference, "fork", Cost::Run,
-       "a fork sharing storage with its parent, a fork that loses where the parent's live entries begin"},
+       "a fork sharing storage with its parent, a fork that loses where the parent's live entries begin", 3},
       {check::kRollback,
        "drafts rolled back inside the window, across its edge and past it leave the sequence without them", rollback_check,
        serving, Judge::Reference, "truncate", Cost::Run,
@@ -117,30 +119,38 @@ std::vector<CheckDef> make_table() {
        "every row equals its sequence alone, however much the target reused (the row says how much)",
        prefix_reuse_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged,join", Cost::Run,
        "a reused prefix at the wrong positions or one entry too long (the last prompt token not computed again), the old "
-       "row's entries left visible"},
+       "row's entries left visible", 2},
       {check::kSharedPrefix,
        "rows sharing a 96-token prefix with tails of their own, in one batch: each equals its sequence alone",
        shared_prefix_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged", Cost::Run,
-       "a shared prefix served to the wrong row or at the wrong positions (cascade attention)"},
+       "a shared prefix served to the wrong row or at the wrong positions (cascade attention)", 3},
       {check::kChurn,
        "a seeded plan of 200 operations (admit, step, fork, rollback, extend, context shift, save, restore, release; up "
        "to 8 rows live): every row, live or gone, equals its sequence alone (a shifted row: the model's own entries "
        "shifted the same way) at every position it showed",
        churn_check, serving, Judge::Reference, "join", Cost::Run,
        "cache-layout bugs that need churn: a slot freed out of order, a position kept by request instead of by row, a "
-       "released row's entries left visible, a shift that moves entries another row still shares"},
+       "released row's entries left visible, a shift that moves entries another row still shares", 8},
       {check::kSaveRestore,
        "a row saved as a value inside and past the window, restored beside live rows, after a reset, after churn and "
        "into a second instance of the target (an engine's second process): each continues as the saved row did",
        save_restore_check, serving, Judge::Reference, "save", Cost::Run,
        "a state saved in part, a restored row positioned by its cache's length, a restore into a slot not made fresh, a "
-       "state that refers to the saving process's memory"},
+       "state that refers to the saving process's memory", 4},
       {check::kContextShift,
        "a row that fills the window shifted three times (the entries after the first 4 halved, the later ones renumbered "
        "and their keys re-rotated), 32 steps after each: equals the uncached model's own keys and values shifted by "
        "RoPE's formula, the error after each shift reported",
        context_shift_check, static_cast<Tags>(Tag::Serving), Judge::Reference, "ragged,shift", Cost::Run,
        "kept keys not re-rotated, a row's position not moved down, a re-rotation whose error grows with each shift"},
+      // Engines that schedule their own requests: our model has none (its rows are driven directly above).
+      {check::kServed,
+       "requests the engine schedules itself (mixed lengths, staggered arrivals, prefix reuse after a finished request, a "
+       "long prompt beside decoding rows, forks): every sequence it returns is the greedy run of its own prompt alone, its "
+       "logits (or top-N log-probabilities) within the bound",
+       served_check, Tag::Serving | Tag::EngineOnly, Judge::Reference, "generate", Cost::Runs,
+       "a scheduler that mixes up requests, a batch's padding or positions leaking into a row, a stale or too-long cached "
+       "prefix, a chunk of a split prompt at the wrong positions, forks sharing blocks they write"},
   };
   std::set<std::string> names;
   for (const auto& c : t) {

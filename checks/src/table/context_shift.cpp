@@ -42,12 +42,16 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   // The shifted row is fed fixed ids, all different (a greedy run of a small model soon repeats
   // itself, and keys of one repeated token hide a wrong rotation): a prompt that fills the window,
   // then the ids of each phase. The row beside it decodes greedily.
+  // An engine that keeps one sequence (max_rows 1: wllama) is shifted alone.
+  const bool beside = c.target.max_rows() != 1;
   std::vector<RowRun> runs;
-  std::vector<LiveRow> live = admit(c, {serving_prompt(ctx, 0, V), serving_prompt(9, 1, V)}, runs);
+  std::vector<std::vector<int64_t>> prompts = {serving_prompt(ctx, 0, V)};
+  if (beside) prompts.push_back(serving_prompt(9, 1, V));
+  std::vector<LiveRow> live = admit(c, prompts, runs);
   runs[0].logits.push_back(live[0].next);  // the full window's logits: runs[0] is the row before its first shift
   std::vector<int64_t> fed(runs[0].seq);   // every id the shifted row was fed, the dropped ones too
   int64_t next = ctx;                      // the shifted row's next position
-  auto bystander_steps = [&] { return c.opts.past_window || static_cast<int64_t>(runs[1].seq.size()) < ctx; };
+  auto bystander_steps = [&] { return beside && (c.opts.past_window || static_cast<int64_t>(runs[1].seq.size()) < ctx); };
   // One step of the shifted row with `id` (and of the bystander while it may): the shifted row's logits (V).
   auto step = [&](int64_t id) {
     std::vector<int64_t> rows = {live[0].id}, ids = {id};
@@ -131,7 +135,9 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   }
   double worst = 0;
   // Before the first shift the row is a plain sequence; the bystander is one throughout.
-  if (!judge_rows(c, r, {{"the row before its first shift", &runs[0]}, {"the row beside it (never shifted)", &runs[1]}}, worst)) return;
+  std::vector<std::pair<std::string, const RowRun*>> plain = {{"the row before its first shift", &runs[0]}};
+  if (beside) plain.emplace_back("the row beside it (never shifted)", &runs[1]);
+  if (!judge_rows(c, r, plain, worst)) return;
   if (shifts.empty()) {
     set_result(r, true, "the window (" + std::to_string(ctx) + ") leaves nothing to shift after keeping " + std::to_string(kKeep));
     return;
@@ -142,8 +148,9 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   r.figure = std::max(worst, *std::max_element(per_shift.begin(), per_shift.end()));
   set_result(r, true, std::to_string(shifts.size()) + " shifts of a full window, keeping " + std::to_string(kKeep) + ", " +
                           std::to_string(steps) + " steps after each; largest |diff| from the re-rotated reference after each (" +
-                          each + "); the row beside it and the row before its shift equal their sequences alone (worst " +
-                          sci(worst) + ")");
+                          each + "); " + (beside ? "the row beside it and " : "") +
+                          "the row before its shift equal their sequences alone (worst " + sci(worst) + ")" +
+                          (beside ? "" : "; no row beside it: the target keeps one sequence"));
 }
 
 }  // namespace tinygpt::checks

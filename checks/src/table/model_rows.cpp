@@ -83,6 +83,18 @@ void set(CheckResult& r, bool ok, std::string detail) {
   r.detail = std::move(detail);
 }
 
+// describe_steps by the bound that judges the row: under a KL bound (--max-kl, or a deviation's) the
+// mean KL and its worst step lead, and no |diff| is said to be "over" a bound that did not judge it.
+std::string described(const StepDiffs& d, const Tolerances& t, const at::Tensor& ref) {
+  if (!t.max_kl) return describe_steps(d, t.logits, ref);
+  std::string s = "mean KL " + sci(d.kl_mean());
+  if (const auto over = d.first_kl_over(*t.max_kl))
+    s += ", first step over " + sci(*t.max_kl) + " at position " + std::to_string(d.first_position + static_cast<int64_t>(*over)) +
+         " (KL " + sci(d.kl[*over]) + ")";
+  return s + "; worst |diff| " + sci(d.worst) + " at position " + std::to_string(d.worst_position) + " over " +
+         std::to_string(d.diffs.size()) + " steps";
+}
+
 }  // namespace
 
 void set_result(CheckResult& r, bool ok, std::string detail) { set(r, ok, std::move(detail)); }
@@ -97,11 +109,11 @@ StepDiffs judge_row(CheckResult& r, const Tolerances& t, const at::Tensor& logit
   const bool full_ok = within(scratch, full, t, tol);
   const bool band_ok = within(r, band, t, tol);
   if (!full_ok) {
-    set(r, false, "vs full forward: " + describe_steps(full, tol, ref.full) + "; " + stats_line(full));
+    set(r, false, "vs full forward: " + described(full, t, ref.full) + "; " + stats_line(full));
     for (const char* k : {"first_over", "first_over_diff", "worst_at"})
       if (scratch.stats.count(k)) r.stats[k] = scratch.stats[k];
   } else {
-    set(r, band_ok, "vs banded reference: " + describe_steps(band, tol, ref.band) + "; " + stats_line(band));
+    set(r, band_ok, "vs banded reference: " + described(band, t, ref.band) + "; " + stats_line(band));
   }
   return band;
 }
@@ -155,7 +167,7 @@ void logits_check(CheckContext& c, CheckResult& r) {
   const int64_t T0 = c.opts.prompt.size(1);
   c.out.loop_full = compare_steps(main.logits, s.full, T0 - 1, c.tol().logits);
   set(r, within(r, c.out.loop_full, c.tol(), c.tol().logits),
-      c.target.loop_name() + " vs full forward, inside the window: " + describe_steps(c.out.loop_full, c.tol().logits, s.full) + "; " +
+      c.target.loop_name() + " vs full forward, inside the window: " + described(c.out.loop_full, c.tol(), s.full) + "; " +
           stats_line(c.out.loop_full));
 }
 
@@ -166,7 +178,7 @@ void window_reference_check(CheckContext& c, CheckResult& r) {
   const int64_t T0 = c.opts.prompt.size(1), inside = c.model->config().context - T0 + 1;
   c.out.loop_band = compare_steps(main.logits, s.band, T0 - 1, c.tol().logits);
   set(r, within(r, c.out.loop_band, c.tol(), c.tol().logits),
-      c.target.loop_name() + " vs banded reference, every step: " + describe_steps(c.out.loop_band, c.tol().logits, s.band) + "; " +
+      c.target.loop_name() + " vs banded reference, every step: " + described(c.out.loop_band, c.tol(), s.band) + "; " +
           stats_line(c.out.loop_band));
   if (c.opts.tokens <= inside) r.detail += " (never past the window: " + std::to_string(c.opts.tokens) + " tokens)";
 }
@@ -202,11 +214,11 @@ void teacher_forced_check(CheckContext& c, CheckResult& r) {
   const bool full_ok = within(scratch, c.out.forced_full, c.tol(), tol);
   const bool band_ok = within(r, c.out.forced_band, c.tol(), tol);
   if (!full_ok) {
-    set(r, false, "vs full forward: " + describe_steps(c.out.forced_full, tol, ref.steps.full));
+    set(r, false, "vs full forward: " + described(c.out.forced_full, c.tol(), ref.steps.full));
     for (const char* k : {"first_over", "first_over_diff", "worst_at"})
       if (scratch.stats.count(k)) r.stats[k] = scratch.stats[k];
   } else {
-    set(r, band_ok, "vs banded reference: " + describe_steps(c.out.forced_band, tol, ref.steps.band));
+    set(r, band_ok, "vs banded reference: " + described(c.out.forced_band, c.tol(), ref.steps.band));
   }
 }
 
@@ -408,16 +420,19 @@ void self_check(CheckContext& c, CheckResult& r) {
   SelfDiffs d;
   against_own_prefill(c.target, main, T0, steps, tol, d);
   const at::Tensor rows = o.prompt.size(0) == 1 ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
+  const int64_t most = c.target.max_rows();  // an engine that keeps one sequence has no batch of its own
   SelfDiffs b;
-  if (rows.size(0) > 1) {
+  if (rows.size(0) > 1 && (most == 0 || most >= rows.size(0))) {
     const Generation batched = c.target.generate(rows, inside, greedy());
     against_own_prefill(c.target, batched, T0, steps, tol, b);
   }
   r.figure = std::max(d.worst, b.worst);
   r.stats["max_abs_diff"] = *r.figure;
+  const std::string batch = rows.size(0) < 2 ? std::string()
+                            : !b.positions.empty() ? " and a batch of " + std::to_string(rows.size(0))
+                                      : " only: the target takes " + std::to_string(most) + " row(s) at once";
   const std::string what = std::to_string(steps.size()) + " of " + std::to_string(inside - 1) + " cached steps inside the window (" +
-                           chosen.how + "; main run" +
-                           (rows.size(0) > 1 ? " and a batch of " + std::to_string(rows.size(0)) : std::string()) + ")";
+                           chosen.how + "; main run" + batch + ")";
   r.stats["steps_compared"] = static_cast<double>(steps.size());
   const SelfDiffs& bad = d.first_over ? d : b;
   if (bad.first_over)

@@ -28,6 +28,7 @@ inline constexpr const char kSharedPrefix[] = "shared-prefix";
 inline constexpr const char kChurn[] = "churn";
 inline constexpr const char kSaveRestore[] = "save-restore";
 inline constexpr const char kContextShift[] = "context-shift";
+inline constexpr const char kServed[] = "served";
 
 // The prefix of every sampler row's name.
 inline constexpr const char kSamplerPrefix[] = "sampler/";

@@ -149,6 +149,9 @@ struct CheckDef {
   std::string op;
   Cost cost = Cost::Run;
   std::string catches;  // one line: the bugs a failure points to, for the docs and `tinygpt checks`
+  // The most rows it drives at once: skipped, saying so, on a target that takes fewer
+  // (DecodeTarget::max_rows: an engine that keeps one sequence, wllama's).
+  int64_t rows = 1;
   bool is(Tag t) const { return has(tags, t); }
 };
 
@@ -214,7 +217,7 @@ std::vector<std::string> check_names();
 const CheckDef& find_check(const std::string& name);
 // The names of the model checks whose tags include every tag of `all` and none of `none`, in order.
 std::vector<std::string> model_checks_with(Tags all, Tags none = 0);
-// The names of the serving checks that drive an operation on rows (CheckDef::op), in order.
+// The serving checks that drive an operation on rows of our model (CheckDef::op; not the engine-only ones), in order.
 std::vector<std::string> row_operation_checks();
 // "tokens, logits, ...": the model check names for an option's --help, with what the default runs.
 std::string model_check_list();

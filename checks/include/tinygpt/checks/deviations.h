@@ -33,6 +33,13 @@ struct Deviation {
   // path and not the other); no bound: self is not relaxed.
   std::optional<double> self_tolerance;
   std::string evidence;
+  // The mean KL per step the touched rows are judged by instead of max |diff| (unless the run set
+  // --max-kl): for a difference that moves every logit of a step alike (log-probabilities answered
+  // for logits), which |diff| would count and the distribution never sees.
+  std::optional<double> max_kl;
+  // Rows the deviation leaves nothing to judge by (a comparison it changes in kind, not in size): a
+  // failure there is reported as declared.
+  std::vector<std::string> voids;
 
   bool touches(const CheckDef& def) const;
   // The names of the rows it touches, in table order.

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinygpt/checks/cache_registry.h"
@@ -23,6 +25,38 @@ namespace tinygpt::checks {
 // seq (B, T0 + n) int64, logits (B, n, V) float32.
 struct Generation {
   at::Tensor seq, logits;
+};
+
+// One request to an engine that schedules its own requests (op "generate"): a prompt, how many greedy
+// tokens, and when it arrives - once the engine has made `after` tokens for the requests sent before it,
+// and once every request in `after_finished` has finished. `copies` > 1 asks for that many sequences of
+// the one prompt (forks: transformers' num_return_sequences, vLLM's n).
+struct ServedRequest {
+  int64_t id = 0;
+  std::vector<int64_t> prompt;
+  int64_t n = 1;
+  int64_t after = 0;
+  std::vector<int64_t> after_finished;
+  int64_t copies = 1;
+  // >= 0: the request may outgrow the window, and the engine shifts its context as llama-server does
+  // (the first `keep` entries stay, a span after them goes, the rest move down); -1: it stays inside.
+  int64_t keep = -1;
+};
+// One context shift an engine made in a sequence: before feeding the sequence's generated id `before`
+// (chosen, not yet fed), the `discard` entries after the first `keep` went and the later ones moved down.
+struct ServedShift {
+  int64_t before = 0, keep = 0, discard = 0;
+};
+// What the engine answered for one sequence of a request: the ids it chose and what each was chosen
+// from - the whole logits (n, V), or where the engine gives no more its top-N log-probabilities per step
+// (top[i] = [(id, log p), ...]). `reused`: prompt tokens it served from its cache, when it says.
+struct ServedResult {
+  int64_t id = 0, copy = 0;
+  std::vector<int64_t> ids;
+  at::Tensor logits;  // (n, V) float32, or undefined
+  std::vector<std::vector<std::pair<int64_t, double>>> top;
+  std::optional<int64_t> reused;
+  std::vector<ServedShift> shifts;  // in order; empty: none
 };
 
 class DecodeTarget {
@@ -96,6 +130,12 @@ class DecodeTarget {
   // first `keep` of `row` and renumbers the later ones down by `discard`, their keys re-rotated to
   // their new positions; the row's next position moves down by `discard`.
   virtual void shift_row(int64_t row, int64_t keep, int64_t discard);
+  // "" when the target takes prefill and step (every target but an engine that only schedules whole
+  // requests: hello's "rows": false); else why not: every row that drives rows is then skipped, saying so.
+  virtual std::string rows_unsupported() const { return ""; }
+  // Requests an engine schedules itself (op "generate": continuous batching, a server's slots): every
+  // sequence's result, in any order. Serving rows that drive rows by id cannot see such an engine.
+  virtual std::vector<ServedResult> serve(const std::vector<ServedRequest>& requests);
   // A second instance of the same target, sharing nothing with this one but the model it loads (an
   // engine: a new process, so a saved state restores into a fresh context); nullptr where there is
   // none. `save-restore` restores its states there too.

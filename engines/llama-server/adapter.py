@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""llama-server (llama.cpp's HTTP server: Debian forky's llama.cpp-tools 0.7.0) under `tinygpt conform`, as
+users run it: a local process on the loopback address with --parallel slots, continuous batching, a prompt
+cache per slot, and requests it schedules itself. Runs inside the forky chroot (engines/llama-server/run.sh).
+
+The suite reaches it through protocol 3's `generate` only (docs/protocol.md): the server takes whole
+requests, never a step of a row, so hello says "rows": false and the rows that drive rows by id are
+skipped, saying so. Each request is one streamed POST /completion (prompt as token ids, greedy, ignore_eos,
+n_probs, cache_prompt), sent once the tokens streamed so far reach its `after` and the requests it waits
+for finished; `copies` is the server's n_cmpl (forks of one prompt: the children's slots start from the
+parent's cache), a request's `keep` its n_keep (past the slot's window the server shifts its context
+with --context-shift: the shifts are read from the server's log, which names each). The server gives no logits, only the top-N log-probabilities of each step (n_probs, from
+the raw logits: post_sampling_probs false), and the prompt tokens it served from the slot's cache
+(timings.cache_n) as `reused`.
+
+The GGUF the suite writes has no vocabulary (ids pass straight through), and the server aborts when it
+prints a token without one (GGML_ASSERT(type != LLAMA_VOCAB_TYPE_NONE)): load rewrites it with a
+byte-level vocabulary of the right size (ids 0-255 the bytes, the rest named "<id>") through python3-gguf.
+No prompt is ever tokenized, so the vocabulary only names what the server prints.
+
+  adapter.py [--parallel 4] [--cache-prompt on|off] [--n-probs 10] [--batch 64]
+--batch is the server's -b/-ub: the tokens one forward takes, so a longer prompt is prefilled over
+several while the other slots decode (chunked prefill). Each slot holds `context + 1` cells.
+Planted faults for the tests, TINYGPT_ENGINE_FAULT=probs-one-step-late: the log-probabilities of each
+step reported with the next (a streaming client that pairs chunk i's ids with chunk i + 1's probabilities);
+shift-unreported: the server's context shifts left out of the answer (a client that never looks).
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # engines/: serve.py
+from serve import serve  # noqa: E402
+
+FAULTS = set(filter(None, os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",")))
+# What llama-server logs when a slot shifts: "... id  0 | task 3 | slot context shift, n_keep = 4, n_left = 251, n_discard = 125"
+SHIFT_LINE = re.compile(r"id\s+(\d+) \| task -?\d+ \| slot context shift, n_keep = (\d+), n_left = (\d+), n_discard = (\d+)")
+KNOWN_FAULTS = {"probs-one-step-late", "shift-unreported"}
+
+
+def with_vocabulary(src, dst):
+    """Our GGUF again, with a byte-level gpt2 vocabulary of the model's size (the server needs one to print)."""
+    import gguf
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    w = gguf.GGUFWriter(dst, arch)
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture" or name.startswith("tokenizer."):
+            continue
+        w.add_key_value(name, f.contents(), f.types[0], sub_type=f.types[-1] if len(f.types) > 1 else None)
+    vocab = int(r.fields[arch + ".vocab_size"].contents())
+    # GPT-2's byte-to-unicode table: printable bytes stand for themselves, the others move to 256 and up.
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    names, extra = {b: chr(b) for b in printable}, 0
+    for b in range(256):
+        if b not in names:
+            names[b], extra = chr(256 + extra), extra + 1
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list([names[i] for i in range(256)] + ["<%d>" % i for i in range(256, vocab)])
+    w.add_token_types([gguf.TokenType.NORMAL] * vocab)
+    w.add_token_merges([names[0] + " " + names[1]])  # the loader wants a merge list; none is ever applied
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(0)  # ignore_eos keeps the server from stopping at it (it biases id 0 away instead)
+    w.add_add_bos_token(False)
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, args):
+        self.args, self.proc, self.port, self.dir, self.context = args, None, None, None, None
+
+    def start(self, checkpoint, context):
+        self.stop()
+        self.dir = tempfile.mkdtemp(prefix="tinygpt-llama-server-")
+        model = os.path.join(self.dir, "model.gguf")
+        with_vocabulary(checkpoint, model)
+        self.context, self.port = context, free_port()
+        self.log = open(os.path.join(self.dir, "server.log"), "w")
+        # F32 K and V and flash attention off (llama.cpp's exact settings for our model, docs/engines.md); one
+        # thread (ggml's threads spin on shared cores); each slot context + 1 cells (SPEC 4's window).
+        cmd = ["/usr/bin/llama-server", "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
+               "-np", str(self.args.parallel), "-c", str(self.args.parallel * (context + 1)), "-t", "1", "-tb", "1",
+               "-fa", "off", "-ctk", "f32", "-ctv", "f32", "--no-webui", "-b", str(self.args.batch), "-ub", str(self.args.batch),
+               "--cache-prompt" if self.args.cache_prompt == "on" else "--no-cache-prompt", "--no-warmup",
+               "--slot-save-path", self.dir,  # the slot actions (erase, for reset) need it set
+               "--context-shift"]  # a request past its slot's window shifts (what it did is read from the log)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("llama-server exited with %d: %s" % (self.proc.returncode, self.tail()))
+            try:
+                if urllib.request.urlopen("http://127.0.0.1:%d/health" % self.port, timeout=2).status == 200:
+                    return
+            except Exception:
+                time.sleep(0.1)
+        raise RuntimeError("llama-server did not become healthy in 60 s: " + self.tail())
+
+    def tail(self):
+        try:
+            with open(os.path.join(self.dir, "server.log")) as f:
+                return " | ".join(f.read().strip().splitlines()[-3:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+        if self.dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def erase_slots(self):
+        """Every slot's cached prompt forgotten (POST /slots/ID?action=erase): scenarios start cold."""
+        for i in range(self.args.parallel):
+            req = urllib.request.Request("http://127.0.0.1:%d/slots/%d?action=erase" % (self.port, i), data=b"{}",
+                                         headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(req, timeout=30).read()
+
+    def log_size(self):
+        return os.path.getsize(os.path.join(self.dir, "server.log"))
+
+    def shifts_in_log(self, since, slot, prompt_len):
+        """The context shifts the server logged for `slot` after byte `since`, as {before, keep, discard}: the
+        slot held n_keep + n_left cells when it shifted, so the shift came before feeding generated id
+        n_keep + n_left - prompt_len (plus what earlier shifts dropped)."""
+        with open(os.path.join(self.dir, "server.log"), errors="replace") as f:
+            f.seek(since)
+            text = f.read()
+        out, dropped = [], 0
+        for m in SHIFT_LINE.finditer(text):
+            if int(m.group(1)) != slot:
+                continue
+            keep, left, discard = int(m.group(2)), int(m.group(3)), int(m.group(4))
+            out.append({"before": keep + left - prompt_len + dropped, "keep": keep, "discard": discard})
+            dropped += discard
+        return out
+
+    def complete(self, q, on_token):
+        """One request, streamed: [(copy, ids, top, reused, shifts)] for its n_cmpl sequences."""
+        body = {"prompt": [int(i) for i in q["ids"]], "n_predict": int(q["n"]), "temperature": 0, "n_probs": self.args.n_probs,
+                "post_sampling_probs": False, "cache_prompt": self.args.cache_prompt == "on", "ignore_eos": True,
+                "stream": True, "return_tokens": True}
+        copies = int(q.get("copies", 1))
+        if copies > 1:
+            body["n_cmpl"] = copies
+        if int(q.get("keep", -1)) >= 0:  # may outgrow the window: llama-server's context shift keeps n_keep
+            body["n_keep"] = int(q["keep"])
+        since = self.log_size()
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            raise RuntimeError("llama-server answered %d: %s" % (r.status, r.read()[:300]))
+        seqs = {i: {"ids": [], "top": [], "reused": None, "slot": None} for i in range(copies)}
+        for raw in r:
+            line = raw.decode("utf-8", "replace").strip()
+            if not line.startswith("data: "):
+                continue
+            chunk = json.loads(line[6:])
+            if "error" in chunk:
+                raise RuntimeError("llama-server: %s" % chunk["error"])
+            s = seqs[int(chunk.get("index", 0))]
+            for p in chunk.get("completion_probabilities", []):
+                s["ids"].append(int(p["id"]))
+                s["top"].append([[int(t["id"]), float(t["logprob"])] for t in p["top_logprobs"]])
+                on_token()
+            if chunk.get("stop"):
+                s["reused"] = int(chunk.get("timings", {}).get("cache_n", 0))
+                s["slot"] = chunk.get("id_slot")
+        c.close()
+        for s in seqs.values():
+            s["shifts"] = self.shifts_in_log(since, s["slot"], len(q["ids"])) if int(q.get("keep", -1)) >= 0 else []
+            if "shift-unreported" in FAULTS:  # planted: the server's context shift kept from the answer
+                s["shifts"] = []
+        if "probs-one-step-late" in FAULTS:  # planted: each step's log-probabilities paired with the next step's ids
+            for s in seqs.values():
+                s["top"] = s["top"][1:] + s["top"][-1:]
+        return [(i, s["ids"], s["top"], s["reused"], s["shifts"]) for i, s in seqs.items()]
+
+    def generate(self, requests):
+        pending, results, errors = list(requests), [], []
+        finished, running = set(), {}
+        made = [0]
+        lock, changed = threading.Lock(), threading.Condition()
+
+        def on_token():
+            with changed:
+                made[0] += 1
+                changed.notify_all()
+
+        def run(q):
+            try:
+                out = self.complete(q, on_token)
+                with lock:
+                    for copy, ids, top, reused, shifts in out:
+                        results.append({"id": q["id"], "copy": copy, "ids": ids, "top": top, "reused": min(reused or 0, len(q["ids"])),
+                                        "shifts": shifts})
+            except Exception as e:  # reported against the generate request
+                errors.append("request %r: %s" % (q["id"], e))
+            with changed:
+                finished.add(q["id"])
+                running.pop(q["id"], None)
+                changed.notify_all()
+
+        with changed:
+            while pending or running:
+                ready = [q for q in pending if made[0] >= int(q.get("after", 0)) and set(q.get("after_finished", [])) <= finished]
+                if not ready and not running and pending:
+                    ready = pending[:1]  # nothing runs to make the tokens it waits for
+                for q in ready:
+                    pending.remove(q)
+                    running[q["id"]] = threading.Thread(target=run, args=(q,), daemon=True)
+                    running[q["id"]].start()
+                changed.wait(timeout=1.0)
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parallel", type=int, default=4, help="server slots (-np)")
+    ap.add_argument("--cache-prompt", choices=("on", "off"), default="on", help="reuse a slot's cached prompt prefix")
+    ap.add_argument("--n-probs", type=int, default=10, help="top log-probabilities per step")
+    ap.add_argument("--batch", type=int, default=64, help="tokens per forward (-b and -ub)")
+    args = ap.parse_args()
+    if FAULTS - KNOWN_FAULTS:
+        sys.exit("llama-server adapter: unknown TINYGPT_ENGINE_FAULT %r" % sorted(FAULTS - KNOWN_FAULTS))
+    server = Server(args)
+    # The package's version ("1:0.7.0+dfsg-2"): llama-server --version prints a build number, not the release.
+    got = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "llama.cpp-tools"], capture_output=True, text=True).stdout
+    version = got.split(":")[-1].split("+")[0] or "(version unknown)"
+    def handle(req):
+        op = req.get("op")
+        if op == "hello":
+            name = "llama-server %s (%d slots, prompt cache %s)" % (version, args.parallel, args.cache_prompt)
+            if FAULTS:
+                name += " [%s]" % ",".join(sorted(FAULTS))
+            out = {"ok": True, "name": name, "formats": ["gguf"], "sampler": False, "rows": False,
+                   "deviations": ["gelu-tanh", "rope-angle-recurrence"]}
+            if int(req.get("protocol", 1)) >= 3:
+                out["protocol"], out["operations"] = 3, ["generate", "generate-shift"]
+            return out
+        if op == "load":
+            if req.get("format") != "gguf":
+                raise ValueError("llama-server loads format gguf only")
+            server.start(req["checkpoint"], int(req["config"]["context"]))
+            return {"ok": True}
+        if op == "reset":
+            server.erase_slots()
+            return {"ok": True}
+        if op == "generate":
+            return {"ok": True, "results": server.generate(req["requests"])}
+        return {"ok": False, "error": "llama-server takes whole requests (generate), not %r" % op}
+
+    try:
+        serve(handle)
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
