@@ -179,7 +179,7 @@ class Served:
         from transformers.generation.continuous_batching import cache, model_runner
         self.engine, self.prefix_sharing = engine, prefix_sharing
         self.block_size, self.num_blocks, self.max_batch_tokens = block_size, num_blocks, max_batch_tokens
-        self.scores, self.reused, self.made = {}, {}, 0
+        self.scores, self.reused, self.made, self.evictions = {}, {}, 0, 0
         self._model = None
         runner, paged = model_runner.ModelRunner, cache.PagedAttentionCache
         if not getattr(runner, "_tinygpt_wrapped", False):
@@ -190,7 +190,12 @@ class Served:
                 if run is not None:
                     live = [f for f in runner_self.inputs_and_outputs.requests_in_batch if f.has_new_token]
                     for j, f in enumerate(live):  # scores row j is the j-th request that gets a token
-                        run.scores.setdefault(f.state.request_id, {})[len(f.state.generated_tokens)] = scores[0, j].float().clone()
+                        st = f.state
+                        # The index of the token being chosen among the request's own: a request evicted and
+                        # soft-reset carries what it generated in its prompt (_true_initial_tokens: the prompt's own length).
+                        prompt = st._true_initial_tokens or len(st.initial_tokens)
+                        index = len(st.initial_tokens) + len(st.generated_tokens) - prompt
+                        run.scores.setdefault(st.request_id, {})[index] = scores[0, j].float().clone()
                         run.made += 1
                 sample(runner_self, scores, output_ids)
 
@@ -199,6 +204,14 @@ class Served:
                 if Served.current is not None:
                     Served.current.reused[request_id] = Served.current.reused.get(request_id, 0) + n
                 return n
+            from transformers.generation.continuous_batching import offloading_manager
+            offload = offloading_manager.OffloadingManager.offload_one_request
+
+            def evicted(manager_self):  # the cache is full: a request is soft-reset (on CPU nothing is offloaded)
+                if Served.current is not None:
+                    Served.current.evictions += 1
+                return offload(manager_self)
+            offloading_manager.OffloadingManager.offload_one_request = evicted
             runner._sample, paged.search_prefix_match, runner._tinygpt_wrapped = keep, searched, True
 
     def model(self):
@@ -213,7 +226,7 @@ class Served:
     @torch.no_grad()
     def run(self, requests, timeout=300.0):
         from transformers import ContinuousBatchingConfig, GenerationConfig
-        self.scores, self.reused, self.made = {}, {}, 0
+        self.scores, self.reused, self.made, self.evictions = {}, {}, 0, 0
         copies = max(int(q.get("copies", 1)) for q in requests)
         gc = GenerationConfig(do_sample=False, max_new_tokens=max(int(q["n"]) for q in requests), eos_token_id=None, pad_token_id=0)
         gc.num_return_sequences = copies  # greedy children: set after validation, which refuses it in the constructor
@@ -254,6 +267,8 @@ class Served:
         finally:
             mgr.stop(block=True)
             Served.current = None
+        if self.evictions:
+            sys.stderr.write("transformers adapter: %d request(s) evicted and soft-reset under cache pressure\n" % self.evictions)
         results = []
         for q in requests:
             rid, n = "r%d" % q["id"], int(q["n"])
