@@ -61,6 +61,7 @@ nlohmann::json catalogue_json() {
                     {"self_tolerance", d.self_tolerance ? nlohmann::json(*d.self_tolerance) : nlohmann::json(nullptr)},
                     {"max_kl", d.max_kl ? nlohmann::json(*d.max_kl) : nlohmann::json(nullptr)},
                     {"voids", d.voids},
+                    {"inside_window", d.inside_window},
                     {"evidence", d.evidence}});
   nlohmann::json caches = nlohmann::json::array();
   for (const auto* v : every_variant(/*faults=*/false)) caches.push_back({{"name", v->name}, {"what", v->description}});
@@ -86,7 +87,8 @@ std::string catalogue_markdown() {
   m << "\n### The deviations an engine may declare\n\n| deviation | what | rows it touches | judged at |\n"
        "| --- | --- | --- | --- |\n";
   for (const auto& d : known_deviations()) {
-    std::string at = d.max_kl      ? "mean KL per step <= " + sci(*d.max_kl)
+    std::string at = d.inside_window ? std::string("not judged: the run stays inside the window, as with `--no-past-window`")
+                     : d.max_kl      ? "mean KL per step <= " + sci(*d.max_kl)
                      : d.tolerance ? "max \\|diff\\| <= " + sci(*d.tolerance)
                                    : std::string("a failure is reported as declared");
     if (d.self_tolerance) at += "; `self` at " + sci(*d.self_tolerance);

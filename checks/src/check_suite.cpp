@@ -176,7 +176,7 @@ namespace {
 bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
   if (def.is(Tag::OnlyPastWindow) && !ctx.opts.past_window) {
     r.status = Status::Skipped;
-    r.detail = "skipped (--no-past-window): the target is never driven past the context";
+    r.detail = "skipped (" + ctx.opts.inside_window_why + "): the target is never driven past the context";
     return true;
   }
   if (ctx.target.max_rows() > 0 && def.rows > ctx.target.max_rows()) {

@@ -21,7 +21,8 @@ const std::map<std::string, std::string>& remedies() {
   static const std::map<std::string, std::string> m = {
       {"never-trimmed",
        "the engine attends to more than context + 1 keys past the window, as if its cache never trims: if it keeps "
-       "every token on purpose (no sliding window), run with --no-past-window; if not, trim after attending (SPEC 4)"},
+       "every token on purpose (no sliding window), declare \"no-window\" in hello (or run with --no-past-window); if not, "
+       "trim after attending (SPEC 4)"},
       {"trim-before-attend", "past the window a decode query sees context keys, one too few: trim after attending (SPEC 4)"},
       {"rope-offset", "decode steps are rotated as if at position 0: pass the row's position to RoPE"},
       {"loop-clamped-positions", "positions stop growing at the window's last slot: keep counting past the context (SPEC 4)"},

@@ -27,6 +27,7 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
   what real engines do on purpose:
     one-sequence       hello says max_rows 1 (wllama's one sequence), and a request for more rows is refused
     log-probabilities  every logits answer is the log-softmax of the logits (wllama's probabilities, logged)
+    never-trims        a row attends to every entry it stored, past the window too (transformers' DynamicCache)
     seed-sampler       the seed's pick() as written: top-p over torch.sort(descending=True), not stable
     top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
     gelu-tanh          GELU by the tanh approximation (llama.cpp's ggml_gelu)
@@ -63,7 +64,7 @@ KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-d
          "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
          "restore-position-from-window", "state-by-reference", "shift-keys-not-rotated", "threads-race",
          "shared-generator", "seeds-need-every-row", "joined-at-batch-position",
-         "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities"}
+         "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities", "never-trims"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
 
@@ -92,7 +93,7 @@ def row_forward(model, ids, row, start):
         q, k, v = (t.view(B, T, a.n_heads, -1).transpose(1, 2) for t in (q, k, v))
         q, k = ref.rope_at(q, start), ref.rope_at(k, start)
         K, V = row["kv"][layer]
-        seen = min(K.shape[2], ctx)
+        seen = K.shape[2] if has("never-trims") else min(K.shape[2], ctx)
         Ka = torch.cat([K[:, :, K.shape[2] - seen:], k], dim=2)
         Va = torch.cat([V[:, :, V.shape[2] - seen:], v], dim=2)
         row["kv"][layer] = [torch.cat([K, k], dim=2), torch.cat([V, v], dim=2)]

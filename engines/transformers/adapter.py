@@ -8,6 +8,11 @@ Runs inside the forky chroot (ci/forky.sh), started by engines/transformers/run.
                                semantics (attend to up to context + 1 keys, keep context)
   adapter.py --cache static    StaticCache sized for the whole sequence (no trimming either)
 
+dynamic and static declare the deviation `no-window` in hello (their semantics past the context are
+transformers' own, on purpose: conform keeps the run inside the window and says so); --undeclared leaves
+it out, as a user would who did not know (then window-reference fails at position 257 and --diagnose
+names the fault never-trimmed).
+
 Each row is its own cache at batch 1 (one forward per row and step); `fork` deep-copies a row's cache,
 `truncate` crops it (DynamicCache and StaticCache; a sliding window cannot give back what it dropped,
 so truncate is not offered there), `extend` feeds a chunk in one forward, `save` is the row's cache
@@ -357,6 +362,8 @@ def main():
     ap.add_argument("--num-blocks", type=int, default=64, help="generate: blocks in the paged cache")
     ap.add_argument("--max-batch-tokens", type=int, default=48,
                     help="generate: tokens per forward (a longer prompt is prefilled in chunks over several)")
+    ap.add_argument("--undeclared", action="store_true",
+                    help="dynamic, static: leave the deviation no-window out of hello (judged past the window as SPEC 4)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     engine = Engine(args.cache)
@@ -375,6 +382,8 @@ def main():
             if FAULTS:
                 name += " [%s]" % ",".join(sorted(FAULTS))
             out = {"ok": True, "name": name, "formats": ["safetensors"], "sampler": True}
+            if args.cache != "sliding" and not args.undeclared:
+                out["deviations"] = ["no-window"]  # never trims: what it does past the context is its own
             spoken = min(3, int(req.get("protocol", 1)))
             if spoken >= 2:
                 out["protocol"] = spoken

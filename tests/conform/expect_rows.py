@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Runs `tinygpt conform` on an engine variant and checks which rows failed, by name: a verdict is
 only useful if it points at the right check. Usage:
-  expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] [--diagnosis F|none] -- CONFORM ARGS...
+  expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] [--says ROW=TEXT]...
+                 [--diagnosis F|none] -- CONFORM ARGS...
 --exactly: the failed rows are exactly these; --includes: these are among them (others may fail too);
 --none: no row fails (exit 0); --skipped: these rows are reported as skipped (declared deviations);
+--says: row ROW's detail contains TEXT (why it was skipped, what it judged);
 --diagnosis: the run's diagnosis (conform --diagnose) names fault F first, or says no known fault matches.
 """
 import json
@@ -17,7 +19,7 @@ def main():
     tinygpt, work = args[0], args[1]
     split = args.index("--")
     opts, conform = args[2:split], args[split + 1:]
-    mode, names, skipped, diagnosis = None, [], [], None
+    mode, names, skipped, diagnosis, says = None, [], [], None, []
     i = 0
     while i < len(opts):
         if opts[i] in ("--exactly", "--includes"):
@@ -28,6 +30,10 @@ def main():
             i += 1
         elif opts[i] == "--diagnosis":
             diagnosis = opts[i + 1]
+            i += 2
+        elif opts[i] == "--says":
+            row, _, text = opts[i + 1].partition("=")
+            says.append((row, text))
             i += 2
         elif opts[i] == "--skipped":
             skipped = [n for n in opts[i + 1].split(",") if n]
@@ -59,6 +65,10 @@ def main():
     for n in skipped:
         if n not in skip:
             problems.append("expected %s to be reported as skipped (declared), got %s" % (n, skip))
+    details = {c["check"]: c.get("figure") or "" for c in doc["checks"]}
+    for row, text in says:
+        if text not in details.get(row, ""):
+            problems.append("expected row %s to say %r, it says %r" % (row, text, details.get(row)))
     if diagnosis is not None:
         d = doc.get("diagnosis")
         if not d:

@@ -42,6 +42,11 @@ CheckResult declared_row(const std::string& name) {
   for (const auto& c : d->touched())
     if (std::find(d->voids.begin(), d->voids.end(), c) == d->voids.end()) touched += (touched.empty() ? "" : ", ") + c;
   for (const auto& c : d->voids) voided += (voided.empty() ? "" : ", ") + c;
+  if (d->inside_window) {
+    row.detail = d->what + "; keeps the run inside the window, as --no-past-window does: " + touched +
+                 " skipped, saying so, the other rows stopped at the window's edge (" + d->evidence + ")";
+    return row;
+  }
   row.detail = d->what + "; " +
                (d->max_kl      ? "judges " + touched + " by mean KL per step <= " + sci(*d->max_kl)
                 : d->tolerance ? "judges " + touched + " at max |diff| <= " + sci(*d->tolerance)
@@ -165,13 +170,16 @@ nlohmann::json LoadedEngine::call(const nlohmann::json& request) { return impl_-
 namespace {
 
 // The options every row of a conform run reads: the main prompt, the tokens the engine may be
-// driven (inside the window only with --no-past-window), the bounds.
-EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cfg) {
+// driven (inside the window only with --no-past-window, or when the engine declares a deviation
+// that keeps it there: `inside_by`), the bounds.
+EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cfg, const Deviation* inside_by) {
   EquivalenceOptions eo;
   eo.prompt = main_prompt();
   const int64_t inside_steps = cfg.context - eo.prompt.size(1) + 1;
-  eo.tokens = o.no_past_window ? std::min(o.tokens, inside_steps) : o.tokens;
-  eo.past_window = !o.no_past_window;
+  const bool inside = o.no_past_window || inside_by;
+  eo.tokens = inside ? std::min(o.tokens, inside_steps) : o.tokens;
+  eo.past_window = !inside;
+  if (inside_by && !o.no_past_window) eo.inside_window_why = "declared " + inside_by->name;
   eo.tolerance = o.tolerance;
   eo.self_stride = o.self_stride;
   eo.require_batch_invariance = o.require_batch_invariance;
@@ -289,7 +297,11 @@ ConformReport run_conform(const ConformOptions& o) {
   // save-restore's fresh context: the same command started again, greeted and loaded the same way.
   target.set_spawn(second_instances(o, cfg, o.kv_type));
   rep.deviations = target.deviations();
-  const EquivalenceOptions eo = conform_run_options(o, cfg);
+  const Deviation* inside_by = nullptr;  // a declared deviation that keeps the run inside the window
+  for (const auto& name : rep.deviations)
+    if (const Deviation* d = find_deviation(name); d && d->inside_window && !inside_by) inside_by = d;
+  const EquivalenceOptions eo = conform_run_options(o, cfg, inside_by);
+  rep.past_window = eo.past_window;
   // A low-precision KV type: the same engine with an f32 cache is sent every request too, and each
   // row says what the type costs against it (MirrorTarget), and is judged by the budget.
   std::unique_ptr<LoadedEngine> base_engine;

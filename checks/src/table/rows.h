@@ -65,6 +65,9 @@ std::vector<int64_t> serving_prompt(int64_t len, int64_t b, int64_t vocab);
 int64_t top1(const at::Tensor& row);
 // Decode steps of a serving row: `full`, or fewer where the options cap them (serving_tokens).
 int64_t serving_steps(const CheckContext& c, int64_t full);
+// `n`, or in a run kept inside the window (--no-past-window, a declared no-window) at most the steps that
+// keep a row of `prompt` tokens inside it: its last logits at position context.
+int64_t inside_window_steps(const CheckContext& c, int64_t n, int64_t prompt);
 // Admits prompts as new rows of the target: their live rows over `runs` (one RowRun per prompt, made here).
 std::vector<LiveRow> admit(CheckContext& c, const std::vector<std::vector<int64_t>>& prompts, std::vector<RowRun>& runs);
 // One step of every live row with its greedy token, recording the logits it was chosen from.

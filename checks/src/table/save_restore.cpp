@@ -130,7 +130,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   r.stats["restored_vs_saved"] = parted;
   std::string when = "after " + std::to_string(at[0]) + " steps";
   if (at.size() > 1) when += " and after " + std::to_string(at[1]) + " (past the window)";
-  else when += c.opts.past_window ? " (not past the window in a shortened run)" : " (not past the window: --no-past-window)";
+  else when += c.opts.past_window ? " (not past the window in a shortened run)" : " (not past the window: " + c.opts.inside_window_why + ")";
   set_result(r, true, "saved " + when + ", restored beside live rows, after a reset, after churn" +
                           (second ? std::string(" and into a second instance") : std::string(" (no second instance of the target)")) +
                           ": each continues " +

@@ -214,7 +214,10 @@ bool judge_result(CheckContext& c, CheckResult& r, const ServedRequest& q, const
 
 void served_check(CheckContext& c, CheckResult& r) {
   const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
-  const std::string no_shift = c.target.serving_unsupported("generate-shift");
+  // The sixth scenario goes past the window: not for an engine without a shift, nor in a run kept
+  // inside the window (--no-past-window, or declared no-window).
+  const std::string no_shift =
+      c.opts.past_window ? c.target.serving_unsupported("generate-shift") : "the run stays inside the window (" + c.opts.inside_window_why + ")";
   const std::vector<Scenario> all = scenarios(V, ctx, no_shift.empty());
   Tally tally;
   int64_t requests = 0;

@@ -26,6 +26,10 @@ int64_t serving_steps(const CheckContext& c, int64_t full) {
   return c.opts.serving_tokens > 0 ? std::min(n, c.opts.serving_tokens) : n;
 }
 
+int64_t inside_window_steps(const CheckContext& c, int64_t n, int64_t prompt) {
+  return c.opts.past_window ? n : std::min(n, c.model->config().context - prompt + 1);
+}
+
 std::vector<LiveRow> admit(CheckContext& c, const std::vector<std::vector<int64_t>>& prompts, std::vector<RowRun>& runs) {
   at::Tensor logits;
   const std::vector<int64_t> ids = c.target.add_rows(prompts, logits);  // logits (R, V)
@@ -124,7 +128,9 @@ void ragged_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> lengths = {3, 9, 17};
   std::vector<std::vector<int64_t>> prompts;
   for (size_t b = 0; b < lengths.size(); ++b) prompts.push_back(serving_prompt(lengths[b], static_cast<int64_t>(b), V));
-  const int64_t n = serving_steps(c, ctx - lengths[0] + kPastTheWindow);
+  // The shortest prompt's row goes kPastTheWindow past the window; in a run kept inside it, the longest
+  // prompt's row stops at its edge.
+  const int64_t n = inside_window_steps(c, serving_steps(c, ctx - lengths[0] + kPastTheWindow), lengths.back());
   double worst = 0;
   if (!run_together(c, r, prompts, n, [&](size_t b) { return "row " + std::to_string(b) + " (a " + std::to_string(lengths[b]) + "-token prompt)"; },
                     worst))
@@ -150,7 +156,8 @@ void join_leave_check(CheckContext& c, CheckResult& r) {
   // C joins the running batch.
   live.push_back(admit(c, {serving_prompt(4, 2, V)}, cc)[0]);
   const RowRun &A = ab[0], &B = ab[1];
-  const int64_t steps = serving_steps(c, ctx + kPastTheWindow - B.prompt - kLeaveAfter);  // B past the window
+  // B past the window (or, in a run kept inside it, to its edge).
+  const int64_t steps = inside_window_steps(c, serving_steps(c, ctx + kPastTheWindow - B.prompt - kLeaveAfter), B.prompt + kLeaveAfter);
   for (int64_t i = 0; i < steps; ++i) step_all(c.target, live);
   finish(live);
   double worst = 0;
@@ -202,7 +209,7 @@ void fork_check(CheckContext& c, CheckResult& r) {
   std::string forks;
   for (int64_t a : at) forks += (forks.empty() ? "" : " and ") + std::to_string(a);
   set_result(r, true, "forked after " + forks + " steps" +
-                          (at.size() < 2 ? " (not again past the window: --no-past-window)" : "") +
+                          (at.size() < 2 ? " (not again past the window: " + c.opts.inside_window_why + ")" : std::string()) +
                           ", the parent ran " + std::to_string(runs[0].logits.size()) +
                           " steps: parent and children equal their sequences alone (worst |diff| " + sci(worst) + ")");
 }

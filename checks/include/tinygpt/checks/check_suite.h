@@ -66,6 +66,9 @@ struct EquivalenceOptions {
   // false: the target is never driven past the context (its long-sequence semantics are its own):
   // the past-window checks are skipped, saying so, and the caller keeps `tokens` inside the window.
   bool past_window = true;
+  // Why past_window is false, as the skipped rows say it: "--no-past-window", or "declared no-window"
+  // (an engine whose long-sequence semantics are its own, on purpose).
+  std::string inside_window_why = "--no-past-window";
   Tolerances tolerance;
 };
 

@@ -76,6 +76,7 @@ struct ConformReport {
   std::optional<std::string> fatal;     // the engine stopped being usable mid-run (exit 2)
   Diagnosis diagnosis;                  // with ConformOptions::diagnose and failing model rows
   std::vector<KvCost> kv;               // with ConformOptions::kv_type or kv_compare: each type's cost
+  bool past_window = true;              // false: kept inside the window (--no-past-window, or declared no-window)
   bool passed() const { return !fatal && all_ok(rows); }
 };
 

@@ -40,6 +40,10 @@ struct Deviation {
   // Rows the deviation leaves nothing to judge by (a comparison it changes in kind, not in size): a
   // failure there is reported as declared.
   std::vector<std::string> voids;
+  // The engine's semantics past the context are its own (a cache that never trims, on purpose): the run
+  // stays inside the window, as with --no-past-window; the rows that prove nothing there (the touched
+  // ones) are skipped saying the deviation's name, the others stop at the window's edge.
+  bool inside_window = false;
 
   bool touches(const CheckDef& def) const;
   // The names of the rows it touches, in table order.
