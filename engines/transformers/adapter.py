@@ -14,8 +14,8 @@ it out, as a user would who did not know (then window-reference fails at positio
 names the fault never-trimmed).
 
 Each row is its own cache at batch 1 (one forward per row and step); `fork` deep-copies a row's cache,
-`truncate` crops it (DynamicCache and StaticCache; a sliding window cannot give back what it dropped,
-so truncate is not offered there), `extend` feeds a chunk in one forward, `save` is the row's cache
+`truncate` crops it (DynamicCache only: a sliding window cannot give back what it dropped, and
+transformers 5.12's StaticCache layers have no `crop`, so truncate is not offered there), `extend` feeds a chunk in one forward, `save` is the row's cache
 object serialized by torch.save (`restore` loads it into a new row). No context shift: transformers'
 caches have no operation for one. The sampler is transformers' own logits processors (repetition
 penalty, temperature, top-k, top-p) and torch.multinomial with the request's seed; with per-row settings
@@ -368,7 +368,7 @@ def main():
     torch.set_num_threads(1)
     engine = Engine(args.cache)
     served = Served(engine, args.prefix_sharing == "on", args.block_size, args.num_blocks, args.max_batch_tokens)
-    ops = ["ragged", "join", "fork", "release", "threads", "row-sampling"] + ([] if args.cache == "sliding" else ["truncate"])
+    ops = ["ragged", "join", "fork", "release", "threads", "row-sampling"] + (["truncate"] if args.cache == "dynamic" else [])
     ops3 = ops + ["extend", "save", "restore", "generate"]
     spoken = 1
 
