@@ -110,7 +110,7 @@ Command add_conform(CLI::App& app) {
             }
             std::cout << checks::format_table(rep.rows, "conform");
             if (rep.diagnosis.ran()) std::cout << "diagnosis: " << rep.diagnosis.text << "\n";
-            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep, !c.no_past_window), c10::Device(c10::kCPU)));
+            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep), c10::Device(c10::kCPU)));
             if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.conform"));
             if (o->report.any()) {
               tools::ReportInput in;

@@ -130,7 +130,7 @@ nlohmann::json to_json(const VerifyReport& r) {
   return doc;
 }
 
-nlohmann::json to_json(const ConformReport& r, bool past_window) {
+nlohmann::json to_json(const ConformReport& r) {
   nlohmann::json doc = to_json(r.rows);
   doc["engine"] = r.engine_name;
   doc["command"] = r.command;
@@ -139,7 +139,7 @@ nlohmann::json to_json(const ConformReport& r, bool past_window) {
   doc["checkpoint"] = r.checkpoint;
   doc["passed"] = r.passed();
   doc["tolerance"] = r.model.tolerance;
-  doc["past_window"] = past_window && r.past_window;
+  doc["past_window"] = r.past_window;
   doc["deviations"] = r.deviations;
   doc["requests"] = r.requests;
   doc["fatal"] = r.fatal ? nlohmann::json(*r.fatal) : nlohmann::json(nullptr);

@@ -299,7 +299,10 @@ ConformReport run_conform(const ConformOptions& o) {
   rep.deviations = target.deviations();
   const Deviation* inside_by = nullptr;  // a declared deviation that keeps the run inside the window
   for (const auto& name : rep.deviations)
-    if (const Deviation* d = find_deviation(name); d && d->inside_window && !inside_by) inside_by = d;
+    if (const Deviation* d = find_deviation(name); d && d->inside_window) {
+      inside_by = d;
+      break;
+    }
   const EquivalenceOptions eo = conform_run_options(o, cfg, inside_by);
   rep.past_window = eo.past_window;
   // A low-precision KV type: the same engine with an f32 cache is sent every request too, and each

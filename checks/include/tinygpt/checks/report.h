@@ -18,6 +18,6 @@ nlohmann::json to_json(const InjectionReport& r);
 // {passed, counts, checks: [...], fault_matrix: {...}}
 nlohmann::json to_json(const VerifyReport& r);
 // {engine, command, protocol, checkpoint, passed, tolerance, past_window, deviations, requests, checks: [...]}
-nlohmann::json to_json(const ConformReport& r, bool past_window);
+nlohmann::json to_json(const ConformReport& r);
 
 }  // namespace tinygpt::checks
