@@ -10,7 +10,6 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build/engine-table}
 mkdir -p "$OUT"
 T=build/bin/tinygpt
-rows=()
 labels=()
 run() {  # label command...
   local label=$1
@@ -24,28 +23,6 @@ run() {  # label command...
     echo "$end - $start" | bc > "$json.wall"
   fi
   labels+=("$label")
-  rows+=("$(/usr/bin/python3 - "$json" "$label" "$(cat "$json.wall")" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-rows = d["checks"]
-def row(name):
-    return next((r for r in rows if r["check"] == name), None)
-passed = sum(r["status"] == "pass" for r in rows)
-failed = [r["check"] for r in rows if r["status"] in ("fail", "error")]
-skipped = sum(r["status"] == "skipped" for r in rows)
-logits, self_ = row("logits"), row("self")
-def fig(r):  # the figure the row was judged by: mean KL where its bound is one, else max |diff|
-    st = (r or {}).get("stats") or {}
-    if "KL" in ((r or {}).get("bound") or "") and "kl_mean" in st:
-        return "KL %.2e" % st["kl_mean"]
-    return "%.2e" % st["max_abs_diff"] if "max_abs_diff" in st else "-"
-bound = lambda r: (r.get("bound") or "-").replace("max |diff| <= ", "").replace("|", "\\|") if r else "-"
-verdict = "pass" if d["passed"] else "FAIL: " + ", ".join(failed)
-print("| %s | %s | %d passed, %d skipped | %s | logits %s (%s); self %s (%s) | %s | %.0f s |" % (
-    sys.argv[2], d["engine"], passed, skipped, verdict, fig(logits), bound(logits), fig(self_), bound(self_),
-    ", ".join(d.get("deviations") or []) or "-", float(sys.argv[3])))
-EOF
-)")
   echo "engine-table: $label done" >&2
 }
 [ -x .engines/llama.cpp/adapter ] && run "llama.cpp (npm prebuilt)" .engines/llama.cpp/adapter
@@ -64,31 +41,45 @@ if [ -f .engines/forky-root/versions.txt ]; then
 fi
 [ -x .engines/wllama/node/bin/node ] && run "wllama (npm, Node 24)" engines/wllama/run.sh
 run "python reference (python3-torch)" /usr/bin/python3 engines/reference/python_reference.py
-echo "| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |"
-echo "| --- | --- | --- | --- | --- | --- | ---: |"
-printf '%s\n' "${rows[@]}"
-# Every engine against every row: one column per adapter run here, the verdict of each row of the
-# table (the sampler rows in one cell: how many passed of those run).
-echo
+# One Markdown row per adapter run here; then every engine against every row: one column per adapter,
+# the verdict of each row of the table (the sampler rows in one cell: how many passed of those run).
 /usr/bin/python3 - "$OUT" "${labels[@]}" <<'EOF'
 import json, os, sys
 out, labels = sys.argv[1], sys.argv[2:]
+def judged(r, digits):  # the figure a row was judged by: mean KL where its bound is one, else max |diff|
+    st = (r or {}).get("stats") or {}
+    if "KL" in ((r or {}).get("bound") or "") and "kl_mean" in st:
+        return "KL %.*e" % (digits, st["kl_mean"])
+    return "%.*e" % (digits, st["max_abs_diff"]) if "max_abs_diff" in st else ""
+bound = lambda r: (r.get("bound") or "-").replace("max |diff| <= ", "").replace("|", "\\|") if r else "-"
 docs = []
+print("| adapter | engine | rows | verdict | worst \\|diff\\| (bound) | declared | conform wall |")
+print("| --- | --- | --- | --- | --- | --- | ---: |")
 for label in labels:
     path = os.path.join(out, "".join("_" if c in " /()" else c for c in label) + ".json")
-    if os.path.exists(path):
-        docs.append((label, {r["check"]: r for r in json.load(open(path))["checks"]}))
+    if not os.path.exists(path):
+        continue
+    d = json.load(open(path))
+    rows = {r["check"]: r for r in d["checks"]}
+    docs.append((label, rows))
+    passed = sum(r["status"] == "pass" for r in d["checks"])
+    failed = [r["check"] for r in d["checks"] if r["status"] in ("fail", "error")]
+    skipped = sum(r["status"] == "skipped" for r in d["checks"])
+    logits, self_ = rows.get("logits"), rows.get("self")
+    verdict = "pass" if d["passed"] else "FAIL: " + ", ".join(failed)
+    print("| %s | %s | %d passed, %d skipped | %s | logits %s (%s); self %s (%s) | %s | %.0f s |" % (
+        label, d["engine"], passed, skipped, verdict, judged(logits, 2) or "-", bound(logits), judged(self_, 2) or "-",
+        bound(self_), ", ".join(d.get("deviations") or []) or "-", float(open(path + ".wall").read())))
+print()
 names = []
 for _, rows in docs:
     for n in rows:
         if n not in names and not n.startswith("sampler/") and not n.startswith("declared:") and n != "sampler":
             names.append(n)
-def cell(r):  # the verdict, and a pass's figure: mean KL where the row was judged by it, else max |diff|
+def cell(r):  # the verdict, and a pass's figure
     if r is None:
         return "-"
-    st = r.get("stats") or {}
-    kl = "KL" in (r.get("bound") or "") and "kl_mean" in st
-    fig = ("KL %.1e" % st["kl_mean"]) if kl else ("%.1e" % st["max_abs_diff"]) if "max_abs_diff" in st else ""
+    fig = judged(r, 1)
     return {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "skipped": "skip"}[r["status"]] + (" " + fig if fig and r["status"] == "pass" else "")
 print("| row | " + " | ".join(l for l, _ in docs) + " |")
 print("| --- |" + " --- |" * len(docs))
