@@ -2,10 +2,11 @@
 """Runs `tinygpt conform` on an engine variant and checks which rows failed, by name: a verdict is
 only useful if it points at the right check. Usage:
   expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] [--says ROW=TEXT]...
-                 [--diagnosis F|none] -- CONFORM ARGS...
+                 [--past-window true|false] [--diagnosis F|none] -- CONFORM ARGS...
 --exactly: the failed rows are exactly these; --includes: these are among them (others may fail too);
 --none: no row fails (exit 0); --skipped: these rows are reported as skipped (declared deviations);
 --says: row ROW's detail contains TEXT (why it was skipped, what it judged);
+--past-window: the report says the run went past the window (true) or was kept inside it (false);
 --diagnosis: the run's diagnosis (conform --diagnose) names fault F first, or says no known fault matches.
 """
 import json
@@ -19,7 +20,7 @@ def main():
     tinygpt, work = args[0], args[1]
     split = args.index("--")
     opts, conform = args[2:split], args[split + 1:]
-    mode, names, skipped, diagnosis, says = None, [], [], None, []
+    mode, names, skipped, diagnosis, says, past_window = None, [], [], None, [], None
     i = 0
     while i < len(opts):
         if opts[i] in ("--exactly", "--includes"):
@@ -30,6 +31,9 @@ def main():
             i += 1
         elif opts[i] == "--diagnosis":
             diagnosis = opts[i + 1]
+            i += 2
+        elif opts[i] == "--past-window":
+            past_window = {"true": True, "false": False}[opts[i + 1]]
             i += 2
         elif opts[i] == "--says":
             row, _, text = opts[i + 1].partition("=")
@@ -65,6 +69,8 @@ def main():
     for n in skipped:
         if n not in skip:
             problems.append("expected %s to be reported as skipped (declared), got %s" % (n, skip))
+    if past_window is not None and doc.get("past_window") != past_window:
+        problems.append("expected the report's past_window to be %s, got %s" % (past_window, doc.get("past_window")))
     details = {c["check"]: c.get("figure") or "" for c in doc["checks"]}
     for row, text in says:
         if text not in details.get(row, ""):
