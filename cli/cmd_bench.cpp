@@ -40,8 +40,9 @@ Command add_bench(CLI::App& app) {
       "The seed's benchmark (SPEC 7): tokens per second with and without the cache for every batch x tokens\n"
       "cell and every --cache, the cache's memory at a full window against 2 x layers x tokens x d_model x 4\n"
       "bytes, and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
-      "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads, LibTorch, the BLAS\n"
-      "actually loaded). Numbers vary between runs on shared machines: compare ratios from one run.\n"
+      "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads and how idle threads\n"
+      "wait, LibTorch, the BLAS actually loaded). Numbers vary between runs on shared machines: compare ratios\n"
+      "from one run; --thread-sweep 1,2 times every cell at each thread count in one run.\n"
       "Each cell also gets this machine's bound, measured in the same run: every step must read the weights\n"
       "and the cached keys and values and do its FLOPs, so it takes at least max(bytes / read rate, FLOPs /\n"
       "1024^3 matmul rate); 'of bound' is the cached rate against it.\n"
@@ -57,6 +58,9 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--cache", o->bench.caches, "caches to time, comma-separated (see `tinygpt equivalence --help`)")
       ->delimiter(',')->capture_default_str();
   cmd->add_option("--prompt-len", o->bench.prompt_len, "random prompt length")->capture_default_str()->check(kPositive);
+  cmd->add_option("--thread-sweep", o->bench.thread_counts,
+                  "time every cell at each of these thread counts, comma-separated (e.g. 1,2): where a second thread pays")
+      ->delimiter(',')->check(kPositive);
   cmd->add_flag("--no-uncached", o->no_uncached, "skip the uncached loop (its 1024-token rows take minutes at batch 16)");
   cmd->add_flag("--profile", o->profile, "also break one decode step down into its parts, per cache");
   cmd->add_option("--profile-batch", o->profile_batch, "rows of the profiled step")->capture_default_str()->check(kPositive);
@@ -81,6 +85,7 @@ Command add_bench(CLI::App& app) {
             };
             if (!o->vs_engine.empty()) {
               if (dev.type() != c10::kCPU) throw std::invalid_argument("bench --vs-engine: CPU only (engines run on the CPU here)");
+              if (!o->bench.thread_counts.empty()) throw std::invalid_argument("bench --vs-engine: --threads, not --thread-sweep");
               if (o->bench.caches.size() != 1 && cmd_caches_given(o->bench.caches))
                 throw std::invalid_argument("bench --vs-engine: one --cache at a time");
               o->vs.batches = o->bench.batches;

@@ -14,6 +14,9 @@ namespace tinygpt::cli {
 
 namespace {
 
+// libgomp's spins before a waiting thread sleeps when tinygpt chooses the policy (measured, perf.md).
+constexpr const char* kSpinCount = "10000";
+
 bool set_in_environment(const char* name) {
   const char* v = std::getenv(name);
   return v && *v;
@@ -74,8 +77,15 @@ void prepare_process(int argc, char** argv) {
   }
   if (argc < 2 || !runs_the_model(argv[1])) return;
   bool again = false;
+  // OpenMP's waiting threads: a bounded spin, then sleep (docs/perf.md, "Waiting threads"). A decode
+  // step opens a parallel region per kernel, microseconds apart: a worker that sleeps between them
+  // pays a wake-up per region (two threads ran slower than one at batch 1), one that spins without end
+  // holds a core a busy neighbour needs. libgomp spins GOMP_SPINCOUNT times (10,000: 0.2 ms on the
+  // 2-core AMD EPYC) before it sleeps: the regions of a running loop find it awake, a pause between
+  // phases lets it sleep.
   if (!set_in_environment("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    if (!set_in_environment("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", kSpinCount, 1);
     again = true;
   }
   std::string why;
@@ -89,7 +99,16 @@ void prepare_process(int argc, char** argv) {
   }
   if (!again) return;
   setenv("TINYGPT_PREPARED", "1", 1);
-  execv("/proc/self/exe", argv);
+  // The resolved path, not /proc/self/exe: the kernel names a process after the file it executes, and
+  // `ps`, `pgrep tinygpt` and a CI step stopping a hung job look for "tinygpt", not "exe".
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    execv(self, argv);
+  } else {
+    execv("/proc/self/exe", argv);
+  }
   // exec failed: carry on in this process as it is; the reports name the core OpenBLAS runs.
   if (!core.empty()) {
     if (user_core.empty()) unsetenv("OPENBLAS_CORETYPE");

@@ -133,12 +133,16 @@ MachineInfo MachineInfo::current(c10::Device device) {
   m.kernels = to_string(kernel_path());
   m.reference_blas = m.blas.find("/blas/libblas") != std::string::npos;  // Debian's reference BLAS
   m.threads = at::get_num_threads();
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  const char* spins = std::getenv("GOMP_SPINCOUNT");
+  m.wait_policy = std::string(policy && *policy ? policy : "OpenMP's default") +
+                  (spins && *spins ? std::string(", GOMP_SPINCOUNT=") + spins : std::string());
   m.device = device.str();
   return m;
 }
 
 nlohmann::json MachineInfo::to_json() const {
-  return {{"cpu", cpu},           {"threads", threads}, {"libtorch", libtorch}, {"blas", blas},
+  return {{"cpu", cpu},           {"threads", threads}, {"wait_policy", wait_policy}, {"libtorch", libtorch}, {"blas", blas},
           {"blas_core", blas_core}, {"kernels", kernels}, {"reference_blas", reference_blas}, {"device", device},
           {"product_flops_s", product_flops_s}};
 }
@@ -155,50 +159,63 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
     if (t < 1) throw std::invalid_argument("bench: --tokens values must be >= 1");
   std::vector<const CacheVariant*> variants;
   for (const auto& name : opts.caches) variants.push_back(&cache_registry().get(name));
+  for (int t : opts.thread_counts)
+    if (t < 1) throw std::invalid_argument("bench: thread counts must be >= 1");
   at::NoGradGuard no_grad;
   BenchReport rep;
   rep.machine = MachineInfo::current(dev);
-  say("measuring this machine's product rate");
-  rep.machine.product_flops_s = measure_product_rate(dev);
-  // The read rate depends on how much a step touches (cache-sized or not): measured per cell, over
-  // the bytes of the cell's average step.
-  // Returns (read rate, bound tok/s) of the cell.
-  auto bound = [&](int64_t batch, int64_t n) {
-    say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: this machine's bound");
-    const auto steps = run_step_costs(cfg, batch, opts.prompt_len, n);
-    double bytes = 0;
-    for (const auto& c : steps) bytes += c.bytes;
-    const double read = measure_read_rate(dev, static_cast<int64_t>(bytes / static_cast<double>(steps.size())));
-    return std::make_pair(read, static_cast<double>(batch * n) / run_bound_seconds(steps, read, rep.machine.product_flops_s));
-  };
-  for (int64_t batch : opts.batches) {
-    at::Generator gen = at::detail::createCPUGenerator(opts.prompt_seed);
-    const at::Tensor prompt = at::randint(0, cfg.vocab_size, {batch, opts.prompt_len}, gen, at::kLong).to(dev);
-    say("batch " + std::to_string(batch) + ": warm-up");
-    if (opts.uncached) generate_uncached(model, prompt, opts.warmup, greedy());
-    std::vector<Decoder> decoders;
-    for (const auto* v : variants) {
-      decoders.push_back(v->decoder(cfg));
-      generate_cached(model, prompt, opts.warmup, greedy(), *decoders.back().cache, decoders.back().path);
-    }
-    for (int64_t n : opts.tokens) {
-      double slow = 0;
-      if (opts.uncached) {
-        say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: uncached");
-        slow = seconds(dev, [&] { generate_uncached(model, prompt, n, greedy()); });
+  const int threads_before = at::get_num_threads();
+  struct Restore {  // the threads in force before, whatever happens in the sweep
+    int n;
+    ~Restore() { set_threads(n); }
+  } restore{threads_before};
+  const std::vector<int> counts = opts.thread_counts.empty() ? std::vector<int>{threads_before} : opts.thread_counts;
+  for (int count : counts) {
+    set_threads(count);
+    const std::string at_threads = counts.size() > 1 ? " at " + std::to_string(count) + " thread" + (count > 1 ? "s" : "") : "";
+    say("measuring this machine's product rate" + at_threads);
+    const double product_flops_s = measure_product_rate(dev);
+    if (count == counts.front()) rep.machine.product_flops_s = product_flops_s;
+    // The read rate depends on how much a step touches (cache-sized or not): measured per cell, over
+    // the bytes of the cell's average step.
+    // Returns (read rate, bound tok/s) of the cell.
+    auto bound = [&](int64_t batch, int64_t n) {
+      say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: this machine's bound");
+      const auto steps = run_step_costs(cfg, batch, opts.prompt_len, n);
+      double bytes = 0;
+      for (const auto& c : steps) bytes += c.bytes;
+      const double read = measure_read_rate(dev, static_cast<int64_t>(bytes / static_cast<double>(steps.size())));
+      return std::make_pair(read, static_cast<double>(batch * n) / run_bound_seconds(steps, read, product_flops_s));
+    };
+    for (int64_t batch : opts.batches) {
+      at::Generator gen = at::detail::createCPUGenerator(opts.prompt_seed);
+      const at::Tensor prompt = at::randint(0, cfg.vocab_size, {batch, opts.prompt_len}, gen, at::kLong).to(dev);
+      say("batch " + std::to_string(batch) + ": warm-up");
+      if (opts.uncached) generate_uncached(model, prompt, opts.warmup, greedy());
+      std::vector<Decoder> decoders;
+      for (const auto* v : variants) {
+        decoders.push_back(v->decoder(cfg));
+        generate_cached(model, prompt, opts.warmup, greedy(), *decoders.back().cache, decoders.back().path);
       }
-      const auto [read_bytes_s, bound_tok_s] = bound(batch, n);
-      for (size_t i = 0; i < variants.size(); ++i) {
-        say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: " + variants[i]->name);
-        const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *decoders[i].cache, decoders[i].path); });
-        BenchRow row{variants[i]->name, batch, n, 0, static_cast<double>(batch * n) / fast, 0};
+      for (int64_t n : opts.tokens) {
+        double slow = 0;
         if (opts.uncached) {
-          row.uncached_tok_s = static_cast<double>(batch * n) / slow;
-          row.speedup = slow / fast;
+          say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: uncached");
+          slow = seconds(dev, [&] { generate_uncached(model, prompt, n, greedy()); });
         }
-        row.bound_tok_s = bound_tok_s;
-        row.read_bytes_s = read_bytes_s;
-        rep.rows.push_back(row);
+        const auto [read_bytes_s, bound_tok_s] = bound(batch, n);
+        for (size_t i = 0; i < variants.size(); ++i) {
+          say("batch " + std::to_string(batch) + ", " + std::to_string(n) + " tokens: " + variants[i]->name);
+          const double fast = seconds(dev, [&] { generate_cached(model, prompt, n, greedy(), *decoders[i].cache, decoders[i].path); });
+          BenchRow row{variants[i]->name, batch, n, count, 0, static_cast<double>(batch * n) / fast, 0};
+          if (opts.uncached) {
+            row.uncached_tok_s = static_cast<double>(batch * n) / slow;
+            row.speedup = slow / fast;
+          }
+          row.bound_tok_s = bound_tok_s;
+          row.read_bytes_s = read_bytes_s;
+          rep.rows.push_back(row);
+        }
       }
     }
   }
@@ -217,7 +234,7 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
 nlohmann::json BenchReport::to_json() const {
   nlohmann::json r = nlohmann::json::array(), m = nlohmann::json::array();
   for (const auto& x : rows)
-    r.push_back({{"cache", x.cache}, {"batch", x.batch}, {"tokens", x.tokens}, {"uncached_tok_s", x.uncached_tok_s},
+    r.push_back({{"cache", x.cache}, {"batch", x.batch}, {"tokens", x.tokens}, {"threads", x.threads}, {"uncached_tok_s", x.uncached_tok_s},
                  {"cached_tok_s", x.cached_tok_s}, {"speedup", x.speedup}, {"bound_tok_s", x.bound_tok_s},
                  {"read_bytes_s", x.read_bytes_s}});
   for (const auto& x : memory) {
@@ -230,13 +247,15 @@ nlohmann::json BenchReport::to_json() const {
 
 std::string BenchReport::format() const {
   std::ostringstream s;
-  s << "machine: " << machine.cpu << ", " << machine.threads << " threads, LibTorch " << machine.libtorch << ", BLAS "
-    << machine.blas << ", device " << machine.device << "\n";
+  bool sweep = false;  // cells at several thread counts: a column for it, and what the extra threads bought
+  for (const auto& r : rows) sweep |= r.threads != rows.front().threads;
+  s << "machine: " << machine.cpu << ", " << machine.threads << " threads (idle threads wait: " << machine.wait_policy
+    << "), LibTorch " << machine.libtorch << ", BLAS " << machine.blas << ", device " << machine.device << "\n";
   if (machine.reference_blas)
     s << "WARNING: LibTorch runs on reference BLAS: install libopenblas0-openmp (products ~17x slower)\n";
   char line[200];
-  std::snprintf(line, sizeof line, "%-10s %5s %6s %15s %12s %8s %12s %9s\n", "cache", "batch", "tokens", "no cache tok/s",
-                "cache tok/s", "speedup", "bound tok/s", "of bound");
+  std::snprintf(line, sizeof line, "%-10s %5s %6s%s %15s %12s %8s %12s %9s\n", "cache", "batch", "tokens", sweep ? " threads" : "",
+                "no cache tok/s", "cache tok/s", "speedup", "bound tok/s", "of bound");
   s << line;
   for (const auto& r : rows) {
     char unc[32] = "-", sp[16] = "-", bd[32] = "-", of[16] = "-";
@@ -248,9 +267,24 @@ std::string BenchReport::format() const {
       std::snprintf(bd, sizeof bd, "%.0f", r.bound_tok_s);
       std::snprintf(of, sizeof of, "%.0f%%", 100.0 * r.cached_tok_s / r.bound_tok_s);
     }
-    std::snprintf(line, sizeof line, "%-10s %5lld %6lld %15s %12.0f %8s %12s %9s\n", r.cache.c_str(),
-                  static_cast<long long>(r.batch), static_cast<long long>(r.tokens), unc, r.cached_tok_s, sp, bd, of);
+    char th[16] = "";
+    if (sweep) std::snprintf(th, sizeof th, " %7d", r.threads);
+    std::snprintf(line, sizeof line, "%-10s %5lld %6lld%s %15s %12.0f %8s %12s %9s\n", r.cache.c_str(),
+                  static_cast<long long>(r.batch), static_cast<long long>(r.tokens), th, unc, r.cached_tok_s, sp, bd, of);
     s << line;
+  }
+  if (sweep) {  // each cell against itself at the sweep's first thread count
+    const int first = rows.front().threads;
+    for (const auto& r : rows) {
+      if (r.threads == first) continue;
+      for (const auto& b : rows)
+        if (b.threads == first && b.cache == r.cache && b.batch == r.batch && b.tokens == r.tokens && b.cached_tok_s > 0) {
+          std::snprintf(line, sizeof line, "threads: %s batch %lld, %lld tokens: %d threads %.2fx the speed of %d\n", r.cache.c_str(),
+                        static_cast<long long>(r.batch), static_cast<long long>(r.tokens), r.threads, r.cached_tok_s / b.cached_tok_s,
+                        first);
+          s << line;
+        }
+    }
   }
   if (machine.product_flops_s > 0) {
     s << "bound: per step max(bytes read / read rate, FLOPs / product rate), measured here: products "

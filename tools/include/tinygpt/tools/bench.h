@@ -22,6 +22,9 @@ struct MachineInfo {
   std::string blas_core;  // "Zen (chosen by OpenBLAS)": the kernels LibTorch's products run on (blas.h)
   std::string kernels;    // the decode kernels' path in force (kernels.h): "avx2" or "portable"
   int threads = 1;
+  // How OpenMP's idle threads wait, as this process runs: OMP_WAIT_POLICY and libgomp's GOMP_SPINCOUNT
+  // ("PASSIVE, GOMP_SPINCOUNT=10000": a bounded spin, then sleep; tinygpt's own choice, cli/runtime.cpp).
+  std::string wait_policy;
   bool reference_blas = false;  // LibTorch's products run on reference BLAS (~17x slower)
   double product_flops_s = 0;   // measured by run_bench (measure_product_rate); 0 when not measured
   static MachineInfo current(c10::Device device);
@@ -36,11 +39,15 @@ struct BenchOptions {
   int64_t warmup = 16;  // tokens of each path per batch before timing
   uint64_t prompt_seed = 0;
   bool uncached = true;  // time the uncached loop too (its cost grows with the window)
+  // Every cell at each of these intra-op thread counts (empty: the threads in force), so one run shows
+  // where a second thread pays; the threads in force are restored after.
+  std::vector<int> thread_counts;
 };
 
 struct BenchRow {
   std::string cache;
   int64_t batch = 0, tokens = 0;
+  int threads = 1;  // intra-op threads the cell ran with
   double uncached_tok_s = 0, cached_tok_s = 0, speedup = 0;  // uncached 0 when not timed
   double bound_tok_s = 0;    // what this machine allows the cell (see run_bound_seconds)
   double read_bytes_s = 0;   // the read rate measured over the cell's bytes of one step
