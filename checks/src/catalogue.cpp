@@ -50,7 +50,7 @@ nlohmann::json catalogue_json() {
                  devs = nlohmann::json::array();
   for (const auto& c : model_checks())
     checks.push_back({{"name", c.name}, {"proves", c.proves}, {"catches", c.catches}, {"judged_by", judge_text(c.judge)},
-                      {"tags", tag_names(c.tags)}, {"cost", cost_name(c.cost)}, {"operation", c.op}});
+                      {"tags", tag_names(c.tags)}, {"cost", cost_name(c.cost)}, {"operation", c.ops.names()}});
   for (const auto& c : sampler_checks())
     sampler.push_back({{"name", c.name}, {"states", c.proves}, {"needs_scores", c.is(Tag::NeedsScores)}});
   for (const auto* v : every_variant(/*faults=*/true))
@@ -74,7 +74,7 @@ std::string catalogue_markdown() {
        "| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& c : model_checks())
     m << "| `" << c.name << "` | " << cell(c.proves) << " | " << cell(c.catches) << " | " << cell(judge_text(c.judge)) << " | "
-      << cell(tag_names(c.tags)) << (c.op.empty() ? "" : "; needs `" + c.op + "`") << " | " << cost_name(c.cost) << " |\n";
+      << cell(tag_names(c.tags)) << (c.ops.empty() ? "" : "; needs `" + c.ops.names() + "`") << " | " << cost_name(c.cost) << " |\n";
   m << "\n### The faults\n\nEach fault runs the checks in its last column; the matrix fails when a check in \"must be "
        "caught by\" misses it.\n\n| fault | models | must be caught by | its run |\n| --- | --- | --- | --- |\n";
   const std::vector<std::string> default_set = model_checks_with(static_cast<Tags>(Tag::Default));

@@ -372,6 +372,26 @@ class SavesInPart final : public Wrapped {
   }
 };
 
+// A row's state saved with its window only: the entries a rollback past the window brings back (the
+// cache's history, kRollbackEntries) left out, as a cache saved by its visible window would be. The
+// restored row is right until it rolls back across the window's old edge.
+class SavesOnlyTheWindow final : public Wrapped {
+ public:
+  explicit SavesOnlyTheWindow(const Config& c) : Wrapped(std::make_shared<StaticKVCache>(c)), context_(c.context) {}
+  SavesOnlyTheWindow(std::unique_ptr<KVCache> inner, int64_t context) : Wrapped(std::move(inner)), context_(context) {}
+  std::unique_ptr<KVCache> clone() const override { return std::make_unique<SavesOnlyTheWindow>(inner_->clone(), context_); }
+  std::string save_unsupported() const override { return ""; }
+  std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const override {
+    auto kv = inner_->stored(layer);
+    const int64_t S = kv.first.defined() ? kv.first.size(2) : 0;
+    if (S <= context_) return kv;
+    return {kv.first.narrow(2, S - context_, context_), kv.second.narrow(2, S - context_, context_)};
+  }
+
+ private:
+  int64_t context_;
+};
+
 // The int8 cache's faults (int8_kv_cache.h): each a real way a quantized cache goes wrong, each
 // judged, as the cache is, by the KL budget.
 // A head's keys and values quantized with the next head's scales (an index off by one head).
@@ -492,6 +512,29 @@ class ShiftOffByOne final : public ServingSchedule {
   int64_t shift_rotation(int64_t discard) const override { return discard - 1; }
 };
 
+// A prompt's prefix served from a released row that went past the window and its history: its first
+// entries are gone (a ring buffer's, overwritten), what is kept for them is later positions' (the
+// guard on how far the row went forgotten).
+class ReusedPastTheWindow final : public ServingSchedule {
+ public:
+  bool reusable(bool live, int64_t, int64_t) const override { return !live; }
+};
+
+// A context shift's kept later tokens still offered to a later prompt's match: their entries were
+// computed while the dropped tokens were visible, so a prompt of the shifted row's tokens is served
+// entries that are not its cold run's (llama-server's slots match prompts against shifted tokens).
+class ShiftedEntriesReused final : public ServingSchedule {
+ public:
+  int64_t shifted_token(int64_t id) const override { return id; }
+};
+
+// A live row taken as the source of a new prompt's prefix: the new row takes its slot, and the row
+// still running finds its cache truncated under it.
+class LiveRowReused final : public ServingSchedule {
+ public:
+  bool reusable(bool, int64_t peak, int64_t context) const override { return peak <= context; }
+};
+
 // A fault is the `static` production path - the preallocated cache, the decode kernels and the fused
 // step (cache_registry.cpp) - with one decision changed. Loop and serving-loop faults keep all of it.
 CacheVariant fault(std::string name, std::string description, std::vector<std::string> expected) {
@@ -527,13 +570,12 @@ CacheVariant cache_fault(std::string name, std::string description, std::vector<
 }
 
 // Serving faults run the rows that drive a serving operation (the default rows never drive rows
-// apart), but the four long ones - fork far past the window, churn, save-restore, context-shift's
-// full window - only where the fault is theirs: together they would triple the fault matrix's time.
+// apart), but the long ones (Tag::Long: far past the window, many operations) only where the fault is
+// theirs: together they would triple the fault matrix's time.
 std::vector<std::string> serving_rows_for(const std::string& expected) {
   std::vector<std::string> out;
   for (const auto& n : row_operation_checks())
-    if (n == expected || (n != check::kFork && n != check::kChurn && n != check::kSaveRestore && n != check::kContextShift))
-      out.push_back(n);
+    if (n == expected || !find_check(n).is(Tag::Long)) out.push_back(n);
   return out;
 }
 
@@ -636,6 +678,17 @@ void register_faults(CacheRegistry& r) {
                                           check::kContextShift));
   r.add(serving_loop_fault<ShiftPositionKept>("shift-position-kept", "a context shift leaves the row's next position where it was",
                                               check::kContextShift));
+  r.add(serving_loop_fault<LiveRowReused>("live-row-reused", "a live row taken as a new prompt's prefix source, truncated under it",
+                                          check::kPrefixReuse));
+  r.add(serving_loop_fault<ShiftedEntriesReused>("shifted-entries-reused",
+                                                 "a context shift's kept later entries served to a later prompt as its prefix",
+                                                 check::kReuseAfterShift));
+  r.add(serving_loop_fault<ReusedPastTheWindow>("reused-past-the-window",
+                                                "a prefix served from a released row whose first entries the window pushed out",
+                                                check::kReusePastWindow));
+  r.add(serving_cache_fault<SavesOnlyTheWindow>("state-saved-without-history",
+                                                "a row's state saved with its window only: a rollback after the restore has nothing to bring back",
+                                                check::kRollbackAfterRestore));
   // The int8 cache's faults, judged by its KL budget (in budgeted(), not all()).
   r.add(int8_fault<Int8ScaleFromWrongHead>("int8-scale-wrong-head", "int8 cache: each head quantized with the next head's scale"));
   r.add(int8_fault<Int8KeysWithValueScale>("int8-k-with-v-scale", "int8 cache: keys quantized with the values' scale"));

@@ -33,20 +33,20 @@ Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenC
 }
 
 namespace {
-[[noreturn]] void unsupported(const DecodeTarget& t) { throw std::logic_error(t.serving_unsupported("serving operations")); }
+[[noreturn]] void refuse(const DecodeTarget& t, Op op) { throw std::logic_error(t.unsupported(op)); }
 }  // namespace
 
-std::vector<int64_t> DecodeTarget::add_rows(const std::vector<std::vector<int64_t>>&, at::Tensor&) { unsupported(*this); }
-at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vector<int64_t>&) { unsupported(*this); }
-at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { unsupported(*this); }
-std::string DecodeTarget::save_row(int64_t) { unsupported(*this); }
-int64_t DecodeTarget::restore_row(const std::string&) { unsupported(*this); }
-void DecodeTarget::shift_row(int64_t, int64_t, int64_t) { unsupported(*this); }
-int64_t DecodeTarget::fork_row(int64_t) { unsupported(*this); }
-void DecodeTarget::truncate_row(int64_t, int64_t) { unsupported(*this); }
-void DecodeTarget::release_row(int64_t) { unsupported(*this); }
-int DecodeTarget::set_threads(int) { throw std::logic_error(serving_unsupported("threads")); }
-std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(serving_unsupported("generate")); }
+std::vector<int64_t> DecodeTarget::add_rows(const std::vector<std::vector<int64_t>>&, at::Tensor&) { refuse(*this, Op::Ragged); }
+at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vector<int64_t>&) { refuse(*this, Op::Ragged); }
+at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { refuse(*this, Op::Extend); }
+std::string DecodeTarget::save_row(int64_t) { refuse(*this, Op::Save); }
+int64_t DecodeTarget::restore_row(const std::string&) { refuse(*this, Op::Save); }
+void DecodeTarget::shift_row(int64_t, int64_t, int64_t) { refuse(*this, Op::Shift); }
+int64_t DecodeTarget::fork_row(int64_t) { refuse(*this, Op::Fork); }
+void DecodeTarget::truncate_row(int64_t, int64_t) { refuse(*this, Op::Truncate); }
+void DecodeTarget::release_row(int64_t) { refuse(*this, Op::Join); }
+int DecodeTarget::set_threads(int) { refuse(*this, Op::Threads); }
+std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { refuse(*this, Op::Generate); }
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
     : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
@@ -68,20 +68,26 @@ int ModelTarget::set_threads(int n) {
   return before;
 }
 
-std::string ModelTarget::serving_unsupported(const std::string& op) const {
-  if (op == "threads") return "";  // LibTorch's threads, whatever the cache
-  if (op == "generate") return "our model has no scheduler of its own: the serving rows drive its rows directly";
+std::string ModelTarget::unsupported(Op op) const {
+  switch (op) {
+    case Op::Threads: return "";  // LibTorch's threads, whatever the cache
+    case Op::Generate:
+    case Op::GenerateShift: return "our model has no scheduler of its own: the serving rows drive its rows directly";
+    case Op::RowSampling:
+    case Op::Bench: return std::string("our model is not an engine: ") + op_name(op) + " is the protocol's";
+    default: break;
+  }
   // Rows decode through the model's own step at per-row positions (serving.h), not through a step
   // function bound to one cache: whether the variant's caches can be cloned and truncated decides,
-  // and for save whether they give their entries.
+  // and for save and shift whether they give their entries.
   const auto probe = variant_->make_cache(model_->config());
   const std::string rows = probe->row_ops_unsupported();
-  return !rows.empty() || (op != "save" && op != "shift") ? rows : probe->save_unsupported();
+  return !rows.empty() || (op != Op::Save && op != Op::Shift) ? rows : probe->save_unsupported();
 }
 
 RowBatch& ModelTarget::rows() {
   if (!rows_) {
-    const std::string why = serving_unsupported("");
+    const std::string why = unsupported(Op::Ragged);  // rows at all: the variant's caches can be cloned and truncated
     if (!why.empty()) throw std::logic_error(why);
     const CacheVariant* v = variant_;
     const Config cfg = model_->config();

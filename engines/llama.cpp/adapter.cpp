@@ -43,6 +43,9 @@
 // other sequences' cells move with it); extend-last-token-dropped (a chunk's last cell is not kept:
 // the next token takes its position, as ONNX Runtime GenAI's append-after-generate bug did);
 // state-saved-in-part (a saved state without the row's oldest 16 cells, llama.cpp PR #5840's bug);
+// state-saved-without-history (a saved state of the row's window alone, its shadow left out: a
+// rollback after the restore has nothing to bring back - this adapter's own bug until
+// rollback-after-restore found it);
 // in `sample` with per-row seeds, first-seed-for-every-row (every row's chain seeded with the first's).
 #include <dlfcn.h>
 #include <gguf.h>
@@ -72,7 +75,8 @@ namespace {
 const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset", "never-trimmed", "one-entry-too-few",
                                        "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window",
                                        "shift-not-renumbered", "reused-prefix-too-long", "shift-shares-cells",
-                                       "extend-last-token-dropped", "state-saved-in-part", "first-seed-for-every-row"};
+                                       "extend-last-token-dropped", "state-saved-in-part", "first-seed-for-every-row",
+                                       "state-saved-without-history"};
 constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
 constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
 constexpr int kPool = 8;
@@ -368,7 +372,9 @@ class Engine {
       throw std::runtime_error("llama_state_seq_set_data refused the state");
   }
 
-  // The row's cells (llama_state_seq_get_data) with its position and prompt length, as base64.
+  // The row's cells (llama_state_seq_get_data) and its shadow's (the evicted cells a rollback past the
+  // window brings back: a state without them is right until the restored row rolls back), with its
+  // position and prompt length, as base64.
   std::string save(int row) {
     checked_row(row);
     int from = row;
@@ -379,8 +385,10 @@ class Engine {
       llama_memory_seq_rm(mem, kScratch, 0, std::max(0, pos_[row] - context_) + 16);
       from = kScratch;
     }
-    const int32_t head[4] = {pos_[row], prompt_[row], 0, 0};
-    const std::string raw = std::string(reinterpret_cast<const char*>(head), sizeof head) + seq_state(from);
+    const std::string cells = seq_state(from);
+    const std::string shadow = fault_ == "state-saved-without-history" ? std::string() : seq_state(kMaxRows + row);
+    const int32_t head[4] = {pos_[row], prompt_[row], static_cast<int32_t>(cells.size()), 0};
+    const std::string raw = std::string(reinterpret_cast<const char*>(head), sizeof head) + cells + shadow;
     if (from == kScratch) llama_memory_seq_rm(llama_get_memory(ctx_), kScratch, -1, -1);
     return base64(raw);
   }
@@ -390,8 +398,11 @@ class Engine {
     if (raw.size() <= 16) throw std::runtime_error("not a state this adapter saved");
     int32_t head[4];
     std::memcpy(head, raw.data(), sizeof head);
+    const size_t cells = static_cast<size_t>(head[2]);
+    if (head[2] <= 0 || cells > raw.size() - 16) throw std::runtime_error("not a state this adapter saved");
     const int d = free_row();
-    put_seq_state(raw.data() + 16, raw.size() - 16, d);
+    put_seq_state(raw.data() + 16, cells, d);
+    if (raw.size() > 16 + cells) put_seq_state(raw.data() + 16 + cells, raw.size() - 16 - cells, kMaxRows + d);  // its shadow
     pos_[d] = head[0];
     prompt_[d] = head[1];
     live_[d] = true;

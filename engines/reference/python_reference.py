@@ -24,6 +24,12 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     joined-at-batch-position  `generate`: a sequence admitted while others decode is stepped at the engine's step count
     shared-generator   `sample` with per-row seeds draws every row from one generator, seeded with the first row's seed
     seeds-need-every-row  a batch with one unseeded row draws every row unseeded (vLLM #51226)
+    live-row-reused    a prompt's prefix taken from a row still running, whose entries are cut under it
+    shifted-entries-reused  a context shift's kept later tokens still offered as a later prompt's prefix
+    reused-past-the-window  a prefix served from a left row that ran past the window, read as a ring of
+                       `context` slots would hold it (its first entries overwritten by later ones)
+    state-saved-without-history  `save` keeps the window's entries only: a rollback after the restore
+                       has nothing to bring back
   what real engines do on purpose:
     one-sequence       hello says max_rows 1 (wllama's one sequence), and a request for more rows is refused
     log-probabilities  every logits answer is the log-softmax of the logits (wllama's probabilities, logged)
@@ -63,7 +69,8 @@ VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") 
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
          "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
          "restore-position-from-window", "state-by-reference", "shift-keys-not-rotated", "threads-race",
-         "shared-generator", "seeds-need-every-row", "joined-at-batch-position",
+         "shared-generator", "seeds-need-every-row", "joined-at-batch-position", "live-row-reused", "shifted-entries-reused",
+         "reused-past-the-window", "state-saved-without-history",
          "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities", "never-trims"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
@@ -167,8 +174,10 @@ class Engine:
     def take_released(self, prompt):
         """The released row sharing the longest prefix with `prompt` (taken out of the pool), and how long."""
         best, shared = None, 0
-        for i, row in enumerate(self.released):
-            if row["pos"] > self.model.c["context"]:
+        ctx = self.model.c["context"]
+        pool = list(self.released) + (list(self.rows.values()) if has("live-row-reused") else [])
+        for i, row in enumerate(pool):
+            if row["pos"] > ctx and not has("reused-past-the-window"):
                 continue  # its window moved on: keep it simple, as our library does
             n = 0
             for a, b in zip(prompt, row["ids"]):
@@ -177,7 +186,15 @@ class Engine:
                 n += 1
             if n > shared:
                 best, shared = i, n
-        return (None, 0) if best is None else (self.released.pop(best), shared)
+        if best is None:
+            return None, 0
+        row = pool[best]
+        if best < len(self.released):
+            self.released.pop(best)
+        if row["pos"] > ctx:  # planted: its entries read as a ring of `ctx` slots holds them, latest first
+            idx = torch.tensor([i + ((row["pos"] - 1 - i) // ctx) * ctx for i in range(min(shared, ctx))])
+            row = dict(row, kv=[[K[:, :, idx], V[:, :, idx]] for K, V in row["kv"]])
+        return row, shared
 
     def add_rows(self, ids):
         if self.model is None:
@@ -194,6 +211,8 @@ class Engine:
             row = self.rows[rid]
             if old is not None and keep > 0:
                 row["kv"] = [[K[:, :, :keep], V[:, :, :keep]] for K, V in old["kv"]]
+                if has("live-row-reused") and any(old is r for r in self.rows.values()):  # planted: the running row cut
+                    old["kv"], old["pos"], old["ids"] = [[K.clone(), V.clone()] for K, V in row["kv"]], keep, old["ids"][:keep]
                 row["pos"], row["ids"] = keep, fed[:keep]
                 fed = fed[min(keep, len(fed) - 1):]  # at least the last token is computed: its logits are the answer
             x = torch.tensor([fed], dtype=torch.long)
@@ -249,7 +268,11 @@ class Engine:
             self.kept[key] = {"kv": [[K.clone(), V.clone()] for K, V in src["kv"]], "pos": src["pos"], "ids": list(src["ids"])}
             return base64.b64encode(key.encode("ascii")).decode("ascii")
         buf = io.BytesIO()
-        torch.save(self.rows[rid], buf)
+        saved = self.rows[rid]
+        if has("state-saved-without-history"):  # planted: the window's entries only
+            ctx = self.model.c["context"]
+            saved = dict(saved, kv=[[K[:, :, -ctx:], V[:, :, -ctx:]] for K, V in saved["kv"]])
+        torch.save(saved, buf)
         return base64.b64encode(buf.getvalue()).decode("ascii")
 
     def restore(self, state):
@@ -287,7 +310,8 @@ class Engine:
         row["kv"] = kv
         row["pos"] -= discard
         # The kept later entries were computed beside the dropped tokens: never a later prompt's prefix.
-        row["ids"] = row["ids"][:keep] + [-1] * (len(row["ids"]) - keep - discard)
+        later = row["ids"][keep + discard:] if has("shifted-entries-reused") else [-1] * (len(row["ids"]) - keep - discard)
+        row["ids"] = row["ids"][:keep] + later
 
     @torch.no_grad()
     def generate(self, requests, budget=48):

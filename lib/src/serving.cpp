@@ -20,6 +20,8 @@ int64_t ServingSchedule::step_counter(const std::vector<int64_t>& rows, size_t r
 int64_t ServingSchedule::reused_prefix(int64_t shared, int64_t prompt_len) const { return std::min(shared, prompt_len - 1); }
 int64_t ServingSchedule::shift_rotation(int64_t discard) const { return discard; }
 int64_t ServingSchedule::shift_next(int64_t next, int64_t discard) const { return next - discard; }
+bool ServingSchedule::reusable(bool live, int64_t peak, int64_t context) const { return !live && peak <= context; }
+int64_t ServingSchedule::shifted_token(int64_t) const { return -1; }
 
 const ServingSchedule& production_serving() {
   static const ServingSchedule s;
@@ -123,8 +125,9 @@ std::pair<int64_t, int64_t> RowBatch::reusable(const std::vector<int64_t>& promp
   std::pair<int64_t, int64_t> best = {-1, 0};
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
-    // A row that left the window no longer holds its first entries.
-    if (s.live || s.peak > model_.config().context || std::find(taken.begin(), taken.end(), static_cast<int64_t>(i)) != taken.end())
+    // A live row is no source, nor one that left the window (its first entries are on their way out).
+    if (!schedule_.reusable(s.live, s.peak, model_.config().context) ||
+        std::find(taken.begin(), taken.end(), static_cast<int64_t>(i)) != taken.end())
       continue;
     const auto n = static_cast<size_t>(std::min<int64_t>(s.next, static_cast<int64_t>(s.tokens.size())));
     const int64_t shared = std::mismatch(prompt.begin(), prompt.begin() + std::min(n, prompt.size()), s.tokens.begin()).first - prompt.begin();
@@ -304,7 +307,7 @@ void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
   s.peak = std::max(s.next, int64_t{0});
   s.tokens.erase(s.tokens.begin() + std::min<int64_t>(keep, static_cast<int64_t>(s.tokens.size())),
                  s.tokens.begin() + std::min<int64_t>(keep + discard, static_cast<int64_t>(s.tokens.size())));
-  for (size_t i = static_cast<size_t>(keep); i < s.tokens.size(); ++i) s.tokens[i] = -1;  // computed beside dropped tokens
+  for (size_t i = static_cast<size_t>(keep); i < s.tokens.size(); ++i) s.tokens[i] = schedule_.shifted_token(s.tokens[i]);  // computed beside dropped tokens
 }
 
 void RowBatch::release(int64_t row) { live(row).live = false; }

@@ -40,8 +40,8 @@ struct Op final : rc::state::Command<ChurnShape, Sut> {
   void run(const ChurnShape&, Sut& sut) const override {
     sut.run.apply(op);
     for (int64_t k : sut.run.touched()) {
-      const ChurnVerdict v = churn_verdict(sut.model, sut.run.rows()[k], kLogitTolerance);
-      RC_ASSERT_FALSE(v.first_over >= 0);  // row k parted from its sequence alone
+      const ChurnVerdict v = churn_verdict(sut.model, sut.run.rows()[k], Tolerances{});
+      RC_ASSERT(v.ok);  // row k parted from its sequence alone when not
     }
   }
   void show(std::ostream& os) const override { os << to_string(op); }
@@ -202,7 +202,7 @@ TEST_F(Churn, APlantedFaultShrinksToAShortScriptThatReplays) {
         parted = true;
         break;
       }
-      for (int64_t k : run.touched()) parted = parted || churn_verdict(model, run.rows()[k], kLogitTolerance).first_over >= 0;
+      for (int64_t k : run.touched()) parted = parted || !churn_verdict(model, run.rows()[k], Tolerances{}).ok;
     }
     EXPECT_TRUE(parted) << fault << ": the shrunk script did not fail on replay:\n" << shown;
   }
@@ -231,7 +231,7 @@ TEST(ChurnPlan, IsTheSameEveryTimeAndEveryOperationApplies) {
             to_string(a[5]) + to_string(a[9]));
   // Without the operations a target lacks, none of them is drawn; inside the window, no row leaves it.
   ChurnOps few;
-  few.fork = few.truncate = few.extend = few.shift = few.save = false;
+  few.offered = Ops{};
   few.past_window = false;
   ChurnShape t;
   t.context = 256;

@@ -181,6 +181,13 @@ EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cf
   eo.past_window = !inside;
   if (inside_by && !o.no_past_window) eo.inside_window_why = "declared " + inside_by->name;
   eo.tolerance = o.tolerance;
+  // A low-precision KV type is judged against our model by its budget, as verify judges its own (a
+  // cache's budget: judged_as), unless the user set a bound of the distribution themselves: the rows
+  // would fail an fp32 |diff| bound that the type is not meant to meet.
+  if (!o.kv_type.empty() && o.kv_type != "f32" && !o.tolerance.by_distribution()) {
+    eo.tolerance.max_kl = o.kv_budget;
+    if (o.kv_min_top1 > 0) eo.tolerance.min_top1 = o.kv_min_top1;
+  }
   eo.self_stride = o.self_stride;
   eo.require_batch_invariance = o.require_batch_invariance;
   eo.require_thread_invariance = o.require_thread_invariance;
@@ -208,7 +215,8 @@ EquivalenceResult conform_figures(const EquivalenceOptions& eo, const Config& cf
 // Runs the selected rows on the engine in table order. An engine without a sampler gets one row
 // saying so, not one per sampler row; once the engine cannot be talked to, the rest are errors.
 void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTarget& target, ConformReport& rep,
-              const std::function<void(const std::string&)>& say, MirrorTarget* mirror = nullptr, double kv_budget = 0) {
+              const std::function<void(const std::string&)>& say, MirrorTarget* mirror = nullptr,
+              const Tolerances& kv_bounds = Tolerances{}) {
   bool said_no_sampler = false;
   for (const auto& name : names) {
     const CheckDef& def = find_check(name);
@@ -239,12 +247,13 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
         row.stats["kl_max_vs_f32_cache"] = d.kl_max();
         row.stats["top1_vs_f32_cache"] = d.top1_agreement();
         row.stats["worst_diff_vs_f32_cache"] = *std::max_element(d.diffs.begin(), d.diffs.end());
-        if (!(d.kl_mean() <= kv_budget) && row.status == Status::Pass) {
-          const size_t first = d.first_kl_over(kv_budget).value_or(d.kl.size() - 1);
+        const Verdict v = judge(d, kv_bounds);  // the KV budget, judged as every bound is
+        if (!v.ok && row.status == Status::Pass) {
+          const size_t first = v.first_over.value_or(d.kl.size() - 1);
           row.status = Status::Fail;
-          row.detail = "mean KL per answer against the same engine with an f32 cache " + sci(d.kl_mean()) + " > the KV budget " +
-                       sci(kv_budget) + " (first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(d.kl.size()) +
-                       ", KL " + sci(d.kl[first]) + "); " + row.detail;
+          row.detail = "against the same engine with an f32 cache, per answer: " + v.why + " - over the KV budget (" + v.bound +
+                       "; first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(d.kl.size()) + ", KL " +
+                       sci(d.kl[first]) + "); " + row.detail;
         }
       }
     }
@@ -325,7 +334,10 @@ ConformReport run_conform(const ConformOptions& o) {
   for (const auto& name : rep.deviations) rep.rows.push_back(declared_row(name));
   rep.model = conform_figures(eo, cfg, target.name());
   CheckContext ctx(model, eo, judged, rep.model);
-  run_rows(names, ctx, target, rep, say, mirror.get(), o.kv_budget);
+  Tolerances kv_bounds;  // a KV type's budget, judged like any bound (judge.h)
+  kv_bounds.max_kl = o.kv_budget;
+  if (o.kv_min_top1 > 0) kv_bounds.min_top1 = o.kv_min_top1;
+  run_rows(names, ctx, target, rep, say, mirror.get(), kv_bounds);
   rep.model.checks = rep.rows;
   if (!rep.fatal && (!o.kv_type.empty() || !o.kv_compare.empty())) {
     try {

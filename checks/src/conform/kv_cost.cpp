@@ -9,6 +9,7 @@
 
 #include "remote_target.h"
 #include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/judge.h"
 #include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
@@ -29,7 +30,14 @@ std::optional<int64_t> KvCost::first_over_budget() const {
 
 bool KvCost::passed() const {
   const StepDiffs& d = judged();
-  return !d.kl.empty() && d.kl_mean() <= budget && d.top1_agreement() >= min_top1;
+  return !d.kl.empty() && judge(d, bounds()).ok;
+}
+
+Tolerances KvCost::bounds() const {  // the budget is a bound like --max-kl, judged by the one judge
+  Tolerances t;
+  t.max_kl = budget;
+  if (min_top1 > 0) t.min_top1 = min_top1;
+  return t;
 }
 
 namespace {

@@ -57,10 +57,10 @@ at::Tensor MirrorTarget::step(const at::Tensor& ids) {
   return l;
 }
 
-std::string MirrorTarget::serving_unsupported(const std::string& op) const {
-  const std::string m = main_->serving_unsupported(op);
+std::string MirrorTarget::unsupported(Op op) const {
+  const std::string m = main_->unsupported(op);
   if (!m.empty()) return m;
-  const std::string b = base_->serving_unsupported(op);
+  const std::string b = base_->unsupported(op);
   return b.empty() ? "" : "its f32 baseline: " + b;
 }
 

@@ -34,7 +34,7 @@ class MirrorTarget final : public DecodeTarget {
   const props::SamplerUnderTest* sampler() const override { return main_->sampler(); }
   std::vector<std::string> deviations() const override { return main_->deviations(); }
   std::string loop_name() const override { return main_->loop_name(); }
-  std::string serving_unsupported(const std::string& op) const override;
+  std::string unsupported(Op op) const override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;

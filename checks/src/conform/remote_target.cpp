@@ -34,7 +34,7 @@ RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, i
       if (d.is_string()) deviations_.push_back(d.get<std::string>());
   sampler_ = {name_, "the engine's sampler through 'sample'", nullptr,
               [this](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, h, s); }, nullptr};
-  if (serving_unsupported("row-sampling").empty())
+  if (unsupported(Op::RowSampling).empty())
     sampler_.pick_rows = [this](const at::Tensor& l, const at::Tensor& h, const std::vector<RowSampling>& r, int64_t n) {
       return pick_rows(l, h, r, n);
     };
@@ -68,12 +68,13 @@ std::string RemoteTarget::rows_unsupported() const {
   return takes_rows_ ? "" : "the engine takes whole requests only (its hello says \"rows\": false): no prefill or step of a row";
 }
 
-std::string RemoteTarget::serving_unsupported(const std::string& op) const {
+std::string RemoteTarget::unsupported(Op op) const {
+  const std::string name = op_name(op);
   if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
-  if (protocol_ < 3 && (op == "extend" || op == "save" || op == "shift"))
-    return "the engine speaks protocol 2 (" + op + " is protocol 3's)";
-  if (!op.empty() && std::find(operations_.begin(), operations_.end(), op) == operations_.end())
-    return "the engine does not support " + op + " (its hello's operations: " + engine_json(json(operations_)) + ")";
+  if (protocol_ < 3 && (op == Op::Extend || op == Op::Save || op == Op::Shift || op == Op::Generate || op == Op::GenerateShift))
+    return "the engine speaks protocol 2 (" + name + " is protocol 3's)";
+  if (std::find(operations_.begin(), operations_.end(), name) == operations_.end())
+    return "the engine does not support " + name + " (its hello's operations: " + engine_json(json(operations_)) + ")";
   return "";
 }
 

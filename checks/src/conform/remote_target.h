@@ -70,7 +70,7 @@ class RemoteTarget final : public DecodeTarget {
 
   // Protocols 2 and 3: rows by id. An operation is supported when hello's protocol has it and its
   // "operations" list names it (extend is protocol 3's).
-  std::string serving_unsupported(const std::string& op) const override;
+  std::string unsupported(Op op) const override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;

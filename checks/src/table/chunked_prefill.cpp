@@ -24,11 +24,14 @@ struct Lengths {
         appended(std::min<int64_t>(12, context / 4)) {}
 };
 
+// The sizes of the equal chunks a prompt is prefilled in, one prefill each.
+const std::vector<int64_t> kChunkSizes = {1, 2, 7, 16, 64};
+
 // The chunk sizes of each prefill of an L-token prompt: every size in turn (the last chunk takes
 // what is left), and one split at odd places (37 + 23 + 37 of 97).
 std::vector<std::vector<int64_t>> chunkings(int64_t L) {
   std::vector<std::vector<int64_t>> out;
-  for (int64_t size : {1, 2, 7, 16, 64}) {
+  for (int64_t size : kChunkSizes) {
     std::vector<int64_t> c;
     for (int64_t done = 0; done < L; done += size) c.push_back(std::min(size, L - done));
     out.push_back(c);
@@ -76,14 +79,16 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
     // Each chunk's last logits against the reference first: where a chunking parts, and how the
     // error goes on over the later chunks (what a diagnosis tells two chunking bugs apart by).
     if (!judge_seen(c, r, s, what + ", at each chunk's end")) return;
-    const double d = (s.logits.back() - one_pass).abs().max().item<double>();
+    // The prompt's last logits against the one-pass prefill's, by the one judge (judge.h).
+    const StepDiffs vs = compare_steps(s.logits.back().view({1, 1, -1}), one_pass.view({1, 1, -1}), n.prompt - 1, c.tol().logits);
+    const double d = vs.worst;
     worst_vs_one_pass = std::max(worst_vs_one_pass, d);
-    if (!(d <= c.tol().logits)) {
+    if (const Verdict v = judge(vs, c.tol()); !v.ok) {
       // Where it parts, for a diagnosis: the prompt's last position, by this |diff|.
       r.stats["first_over"] = static_cast<double>(n.prompt - 1);
       r.stats["first_over_diff"] = r.stats["max_abs_diff"] = d;
-      return set_result(r, false, what + ": the prompt's last logits differ from the one-pass prefill by " + sci(d) + " > " +
-                                      sci(c.tol().logits));
+      return set_result(r, false, what + ": the prompt's last logits against the one-pass prefill's: " +
+                                      (c.tol().by_distribution() ? v.why : "|diff| " + sci(d) + " > " + sci(c.tol().logits)));
     }
     decode_seen(c.target, row, n.decode_after, s);
     if (!judge_seen(c, r, s, what)) return;
@@ -110,6 +115,16 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
                           ": its last logits equal the one-pass prefill (worst |diff| " + sci(worst_vs_one_pass) +
                           ") and every chunk's end and " + std::to_string(n.decode_after) + " steps after equal the reference; a row extended by " +
                           std::to_string(appended.size()) + " tokens after generating equals it too (" + r.detail + ")");
+}
+
+// --- The rows of the check table this file runs (check_table.cpp lists them in order) ---
+
+CheckDef chunked_prefill_def() {
+  return {check::kChunkedPrefill,
+  "a prompt prefilled in chunks (" + list_text(kChunkSizes) + " and an odd split) equals the one-pass prefill and the reference at "
+  "every chunk's end and after; a row extended by several tokens after generating equals the reference",
+  chunked_prefill_check, static_cast<Tags>(Tag::Serving), Judge::Reference, {Op::Extend}, Cost::Run,
+  "a chunk's positions restarting at the chunk, the last generated token missing from the cache"};
 }
 
 }  // namespace tinygpt::checks

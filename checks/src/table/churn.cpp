@@ -71,13 +71,13 @@ bool ChurnShape::applicable(const ChurnOp& op) const {
   if (op.rows.size() != 1 || !is_live(op.rows[0])) return false;
   const Row& r = rows[op.rows[0]];
   switch (op.kind) {
-    case K::Fork: return ops.fork && live() < max_live;
+    case K::Fork: return ops.has(Op::Fork) && live() < max_live;
     case K::Release: return true;
     // SPEC 4's window after a rollback is over the sequence that remains: the cache must still hold it.
-    case K::Truncate: return ops.truncate && op.n >= 1 && op.n < r.next && r.stored - op.n >= std::min(r.next - op.n, context);
-    case K::Extend: return ops.extend && op.n >= 1 && r.next + op.n <= context;  // a chunk ends inside the window
-    case K::Shift: return ops.shift && op.keep >= 0 && op.n >= 1 && op.keep + op.n < r.next && r.next <= context && r.stored == r.next;
-    case K::Save: return ops.save;
+    case K::Truncate: return ops.has(Op::Truncate) && op.n >= 1 && op.n < r.next && r.stored - op.n >= std::min(r.next - op.n, context);
+    case K::Extend: return ops.has(Op::Extend) && op.n >= 1 && r.next + op.n <= context;  // a chunk ends inside the window
+    case K::Shift: return ops.has(Op::Shift) && op.keep >= 0 && op.n >= 1 && op.keep + op.n < r.next && r.next <= context && r.stored == r.next;
+    case K::Save: return ops.has(Op::Save);
     default: return false;
   }
 }
@@ -301,8 +301,8 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
     const std::vector<int64_t> live = shape.live_rows();
     // Weights: admit, step, fork, truncate, release, extend, shift, save, restore.
     const std::vector<double> w = {live.empty() ? 10.0 : live.size() < 3 ? 3.0 : 1.5, live.empty() ? 0.0 : 5.0,
-                                   ops.fork ? 1.0 : 0.0, ops.truncate ? 1.0 : 0.0, live.size() > 1 ? 1.5 : 0.3, ops.extend ? 1.0 : 0.0,
-                                   ops.shift ? 0.8 : 0.0, ops.save ? 0.4 : 0.0, ops.save && !shape.saved.empty() ? 1.0 : 0.0};
+                                   ops.has(Op::Fork) ? 1.0 : 0.0, ops.has(Op::Truncate) ? 1.0 : 0.0, live.size() > 1 ? 1.5 : 0.3, ops.has(Op::Extend) ? 1.0 : 0.0,
+                                   ops.has(Op::Shift) ? 0.8 : 0.0, ops.has(Op::Save) ? 0.4 : 0.0, ops.has(Op::Save) && !shape.saved.empty() ? 1.0 : 0.0};
     const auto kind = static_cast<K>(std::discrete_distribution<int>(w.begin(), w.end())(rng));
     ChurnOp op;
     op.kind = kind;
@@ -335,37 +335,35 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
   return plan;
 }
 
-ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance, std::optional<double> max_kl) {
+ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, const Tolerances& t) {
   ChurnVerdict v;
   if (row.positions.empty()) return v;
   // What was shown while the row was a plain sequence, against the band reference of it; the rest
   // against the reference's shifted entries, as recorded.
   const std::vector<at::Tensor> want = references_of(model, row);
   // Each shown position as a step of one row: |diff| and KL per position.
-  const StepDiffs d = compare_steps(at::stack(row.logits, 0).unsqueeze(0), at::stack(want, 0).unsqueeze(0), 0, tolerance);
+  const StepDiffs d = compare_steps(at::stack(row.logits, 0).unsqueeze(0), at::stack(want, 0).unsqueeze(0), 0, t.logits);
   v.worst = *std::max_element(d.diffs.begin(), d.diffs.end());
   v.kl_mean = d.kl_mean();
-  if (max_kl) {
-    if (!(v.kl_mean <= *max_kl)) {
-      const size_t i = d.first_kl_over(*max_kl).value_or(0);
-      v.index = static_cast<int64_t>(i), v.first_over = row.positions[i], v.diff_there = d.kl[i];
-    }
-    return v;
-  }
-  if (d.first_position_over) {  // a NaN |diff| is infinite here: over
-    const auto i = static_cast<size_t>(*d.first_position_over);
-    v.first_over = row.positions[i], v.index = static_cast<int64_t>(i), v.diff_there = d.diffs[i];
-  }
+  const Verdict j = judge(d, t);
+  v.ok = j.ok;
+  v.why = j.why;
+  if (j.ok) return v;
+  size_t i = 0;
+  if (j.first_over) i = *j.first_over;
+  else if (d.first_top1_parting) i = static_cast<size_t>(*d.first_top1_parting);
+  v.index = static_cast<int64_t>(i), v.first_over = row.positions[i];
+  v.diff_there = j.by_kl || !j.first_over ? d.kl[i] : d.diffs[i];
   return v;
 }
 
 ChurnOps churn_ops_of(const DecodeTarget& t, bool past_window) {
   ChurnOps ops;
-  ops.fork = t.serving_unsupported("fork").empty();
-  ops.truncate = t.serving_unsupported("truncate").empty();
-  ops.extend = t.serving_unsupported("extend").empty();
-  ops.shift = t.serving_unsupported("shift").empty();
-  ops.save = t.serving_unsupported("save").empty();
+  Ops offered;
+  ChurnOps{}.offered.each([&](Op op) {
+    if (t.unsupported(op).empty()) offered = offered.with(op);
+  });
+  ops.offered = offered;
   ops.past_window = past_window;
   return ops;
 }
@@ -377,10 +375,16 @@ void churn_check(CheckContext& c, CheckResult& r) {
   ChurnRun run(c.target, c.model, kChurnLive, ops);
   // A target that shows wrong logits may also refuse a later operation (a row it has put at the
   // wrong position, say): what it showed before is judged first, then the refusal is the error.
+  // A refusal is judged as every row judges one (check_suite.h: CheckFailure): an answer that is wrong
+  // (an engine's `ok: false` to a valid request) fails the row; anything else (the engine gone) errs.
   std::string refused;
+  bool wrong_answer = false;
   size_t done = 0;
   try {
     for (; done < plan.size(); ++done) run.apply(plan[done]);
+  } catch (const CheckFailure& e) {
+    refused = "operation " + std::to_string(done + 1) + " (`" + to_string(plan[done]) + "`) failed: " + e.what();
+    wrong_answer = true;
   } catch (const std::exception& e) {
     refused = "operation " + std::to_string(done + 1) + " (`" + to_string(plan[done]) + "`) failed: " + e.what();
   }
@@ -388,11 +392,11 @@ void churn_check(CheckContext& c, CheckResult& r) {
   int64_t past = 0, shown = 0;
   for (size_t k = 0; k < run.rows().size(); ++k) {
     const ChurnRow& row = run.rows()[k];
-    const ChurnVerdict v = churn_verdict(c.model, row, c.tol().logits, c.tol().max_kl);
+    const ChurnVerdict v = churn_verdict(c.model, row, c.tol());
     worst = std::max(worst, v.worst);
     shown += static_cast<int64_t>(row.positions.size());
     past += std::count_if(row.positions.begin(), row.positions.end(), [&](int64_t p) { return p >= ctx; });
-    if (v.first_over < 0) continue;
+    if (v.ok) continue;
     const int64_t op = row.shown_by[static_cast<size_t>(v.index)];
     // The row's own history up to there (its parent's or saved row's included), the last 8 of it.
     std::vector<int64_t> mine;
@@ -408,24 +412,23 @@ void churn_check(CheckContext& c, CheckResult& r) {
     r.stats["first_over"] = static_cast<double>(v.first_over);  // what a diagnosis matches by
     r.stats["first_over_diff"] = v.diff_there;
     r.stats["max_abs_diff"] = v.worst;
-    const std::string off = c.tol().max_kl ? "mean KL " + sci(v.kl_mean) + " > " + sci(*c.tol().max_kl) + ", first over it at position " +
-                                                 std::to_string(v.first_over) + " (KL " + sci(v.diff_there) + ")"
-                                           : "position " + std::to_string(v.first_over) + " off by " + sci(v.diff_there) + " > " + sci(c.tol().logits);
+    const std::string off = c.tol().by_distribution() ? v.why + " (first shown there at position " + std::to_string(v.first_over) + ")"
+                                                      : "position " + std::to_string(v.first_over) + " off by " + sci(v.diff_there) + " > " +
+                                                            sci(c.tol().logits);
     return set_result(r, false, "row " + std::to_string(k) + " vs its sequence alone: " + off + ", shown by operation " +
                                     std::to_string(op + 1) + " of " + std::to_string(plan.size()) + " (`" + to_string(plan[op]) +
                                     "`; the row's history before it: " + (mine.size() > 8 ? "..., " : "") + before + "the last operations before it: " + just + "plan seed " + std::to_string(kChurnSeed) + ")" +
                                     (refused.empty() ? "" : "; then " + refused));
   }
+  if (wrong_answer) throw CheckFailure("churn: " + refused);
   if (!refused.empty()) throw std::runtime_error("churn: " + refused);
   int64_t count[ChurnOp::kKinds] = {};
   for (const ChurnOp& op : plan) ++count[static_cast<int>(op.kind)];
   r.figure = worst;
   std::string skipped;
-  if (!ops.fork) skipped += " fork";
-  if (!ops.truncate) skipped += " truncate";
-  if (!ops.extend) skipped += " extend";
-  if (!ops.shift) skipped += " shift";
-  if (!ops.save) skipped += " save";
+  ChurnOps{}.offered.each([&](Op op) {
+    if (!ops.has(op)) skipped += std::string(" ") + op_name(op);
+  });
   set_result(r, true, std::to_string(plan.size()) + " operations (" + std::to_string(count[0]) + " admissions, " + std::to_string(count[1]) +
                           " step runs, " + std::to_string(count[2]) + " forks, " + std::to_string(count[3]) + " rollbacks, " +
                           std::to_string(count[4]) + " releases, " + std::to_string(count[5]) + " extensions, " + std::to_string(count[6]) + " shifts, " +
@@ -433,6 +436,18 @@ void churn_check(CheckContext& c, CheckResult& r) {
                           (skipped.empty() ? "" : "; the target lacks" + skipped) + "): " + std::to_string(run.rows().size()) +
                           " rows equal their sequences alone at " + std::to_string(shown) + " positions, " + std::to_string(past) +
                           " past the window (worst |diff| " + sci(worst) + ")");
+}
+
+// --- The rows of the check table this file runs (check_table.cpp lists them in order) ---
+
+CheckDef churn_def() {
+  return {check::kChurn,
+  "a seeded plan of " + std::to_string(kChurnOps) + " operations (admit, step, fork, rollback, extend, context shift, save, "
+  "restore, release; up to " + std::to_string(kChurnLive) + " rows live): every row, live or gone, equals its sequence alone (a shifted row: the model's own entries "
+  "shifted the same way) at every position it showed",
+  churn_check, kServingRow | Tag::Long, Judge::Reference, {Op::Join}, Cost::Run,
+  "cache-layout bugs that need churn: a slot freed out of order, a position kept by request instead of by row, a "
+  "released row's entries left visible, a shift that moves entries another row still shares", kChurnLive};
 }
 
 }  // namespace tinygpt::checks

@@ -83,14 +83,50 @@ void prefix_reuse_check(CheckContext& c, CheckResult& r) {
     }
     sequence = hit.seq;
   }
+  // Beside a live row: a prompt sharing a prefix with a row still running (no live row is a source: its
+  // entries are still being written). The running row must go on unharmed, the new one equal its cold run.
+  c.target.reset();
+  Seen running;
+  running.seq = serving_prompt(n.prompt, 30, V);
+  const int64_t a = c.target.add_rows({running.seq}, logits)[0];
+  running.add(n.prompt - 1, logits.to(at::kCPU)[0]);
+  decode_seen(c.target, a, n.steps, running);
+  std::vector<int64_t> beside(running.seq.begin(), running.seq.begin() + m16);
+  std::vector<int64_t> own = serving_prompt(n.tail, 31, V);
+  if (own[0] == running.seq[static_cast<size_t>(m16)]) own[0] = (own[0] + 1) % V;
+  beside.insert(beside.end(), own.begin(), own.end());
+  const int64_t b = c.target.add_rows({beside}, logits)[0];
+  const std::vector<int64_t> reused_beside = c.target.reused();
+  Seen joined;
+  joined.seq = beside;
+  joined.add(static_cast<int64_t>(beside.size()) - 1, logits.to(at::kCPU)[0]);
+  decode_seen(c.target, a, n.steps, running);  // the running row first: it must go on unharmed
+  decode_seen(c.target, b, n.steps, joined);
+  if (!judge_seen(c, r, running, "the running row, after a prompt sharing its first " + std::to_string(m16) + " tokens joined", &worst) ||
+      !judge_seen(c, r, joined, "a prompt sharing the first " + std::to_string(m16) + " tokens of a running row", &worst))
+    return;
+  if (!reused_beside.empty() && reused_beside[0] > 0) kept += ", beside a live row " + std::to_string(reused_beside[0]) + "/" + std::to_string(m16);
   r.figure = worst;
   r.stats["reused_any"] = any ? 1 : 0;
   std::string how = !said ? "the target does not say what it reused"
                     : any ? "reused/shared: " + kept + reused_what
                           : "the target reused nothing: every row computed cold";
   set_result(r, true, "prompts sharing " + std::to_string(n.prompt + 1) + ", " + std::to_string(n.prompt) + ", " + std::to_string(m16 + 1) +
-                          ", " + std::to_string(m16) + ", " + std::to_string(m16 - 1) + " and 1 tokens with a row that left, each beside a miss: " +
-                          "every row equals its sequence alone (worst |diff| " + sci(worst) + "); " + how);
+                          ", " + std::to_string(m16) + ", " + std::to_string(m16 - 1) + " and 1 tokens with a row that left, each beside a miss, " +
+                          "and " + std::to_string(m16) + " with a row still running: every row equals its sequence alone (worst |diff| " +
+                          sci(worst) + "); " + how);
+}
+
+// --- The rows of the check table this file runs (check_table.cpp lists them in order) ---
+
+CheckDef prefix_reuse_def() {
+  return {check::kPrefixReuse,
+  "prompts sharing one to all of a left row's tokens (the whole prompt, and one more), each admitted beside a miss, and "
+  "one sharing a running row's: every row, the running one too, equals its sequence alone, however much the target "
+  "reused (the row says how much)",
+  prefix_reuse_check, static_cast<Tags>(Tag::Serving), Judge::Reference, {Op::Ragged, Op::Join}, Cost::Run,
+  "a reused prefix at the wrong positions or one entry too long (the last prompt token not computed again), the old "
+  "row's entries left visible, a running row taken as the source and cut under it", 2};
 }
 
 }  // namespace tinygpt::checks

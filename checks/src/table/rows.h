@@ -13,6 +13,16 @@
 
 namespace tinygpt::checks {
 
+// The tag sets most rows of the table have (each row's CheckDef is in its own file).
+inline constexpr Tags kDefaultRow = static_cast<Tags>(Tag::Default);  // the default set
+inline constexpr Tags kPastRow = Tag::Default | Tag::PastWindow;       // ... reaching past the window
+inline constexpr Tags kServingRow = Tag::Serving | Tag::PastWindow;    // what serving engines do, past the window too
+
+// A row's constants in its prose, so a description never says a number its code does not use:
+// "3, 9, 17" (list_text), "1-8, 15-17 and 31-33" for ascending runs (ranges_text).
+std::string list_text(const std::vector<int64_t>& v);
+std::string ranges_text(const std::vector<int64_t>& v);
+
 // Sets the row's verdict (pass or fail) and its detail.
 void set_result(CheckResult& r, bool ok, std::string detail);
 // A run's logits (B, n, V) against its references, full inside the window and banded every step, at

@@ -25,20 +25,29 @@ constexpr int64_t kAfter = 16;  // steps each restored row continues
 struct Continued {
   double worst = 0;
   int64_t worst_step = 0;
-  int64_t first_over = -1;
-  double diff_there = 0;
+  int64_t first_over = -1;  // the first step over the bound that judged it; -1 when within
+  double diff_there = 0;    // its |diff| (its KL when judged by the distribution)
+  std::string why;          // the judge's reason when over
 };
 
 // Feeds `row` the saved run's tokens after step `from`, comparing its logits with the saved run's at
-// the same steps.
-Continued continue_as(DecodeTarget& t, int64_t row, const RowRun& saved, int64_t from, double bound) {
-  Continued out;
+// the same steps, judged by the one judge at `t` (judge.h).
+Continued continue_as(DecodeTarget& target, int64_t row, const RowRun& saved, int64_t from, const Tolerances& t) {
+  std::vector<at::Tensor> got, want;
   for (int64_t j = 0; j < kAfter; ++j) {
     const int64_t id = saved.seq[static_cast<size_t>(saved.prompt + from + j)];
-    const at::Tensor got = t.step_rows({row}, {id}).to(at::kCPU)[0];  // (V): predicts the token after id
-    const double d = (got - saved.logits[static_cast<size_t>(from + j + 1)]).abs().max().item<double>();
-    if (d > out.worst) out.worst = d, out.worst_step = j;
-    if (out.first_over < 0 && !(d <= bound)) out.first_over = j, out.diff_there = d;
+    got.push_back(target.step_rows({row}, {id}).to(at::kCPU)[0]);  // (V): predicts the token after id
+    want.push_back(saved.logits[static_cast<size_t>(from + j + 1)]);
+  }
+  const StepDiffs d = compare_steps(at::stack(got, 0).unsqueeze(0), at::stack(want, 0).unsqueeze(0), 0, t.logits);
+  const Verdict v = judge(d, t);
+  Continued out;
+  out.worst = d.worst;
+  out.worst_step = std::max<int64_t>(0, d.worst_position);
+  if (!v.ok) {
+    out.first_over = static_cast<int64_t>(v.first_over.value_or(0));
+    out.diff_there = v.first_over ? v.at_first_over : d.worst;
+    out.why = v.why;
   }
   return out;
 }
@@ -67,10 +76,9 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   double worst = 0;
   if (!judge_rows(c, r, {{"the saved row", &runs[0]}, {"the row beside it", &runs[1]}}, worst)) return;
   const RowRun& saved = runs[0];
-  const double bound = c.tol().logits;
   double parted = 0;  // the largest |diff| of a restored row from the saved one
   auto judge_on = [&](DecodeTarget& t, int64_t row, size_t k, const std::string& how) {
-    const Continued went = continue_as(t, row, saved, at[k], bound);
+    const Continued went = continue_as(t, row, saved, at[k], c.tol());
     const double d = went.worst;
     const int64_t over = went.first_over;
     parted = std::max(parted, d);
@@ -83,22 +91,25 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
     r.stats["worst_at"] = static_cast<double>(start + went.worst_step);
     for (const char* k : {"kl_mean", "kl_max", "top1_agreement"}) r.stats.erase(k);  // the saved row's, not these steps
     set_result(r, false, "restored " + how + " (saved after " + std::to_string(at[k]) + " steps, " +
-                             (at[k] + prompt > ctx ? "past" : "inside") + " the window): step " + std::to_string(over + 1) +
-                             " after the restore differs from the saved row's own by more than " + sci(bound) + " (worst " + sci(d) + ")");
+                             (at[k] + prompt > ctx ? "past" : "inside") + " the window): " +
+                             (c.tol().by_distribution() ? "against the saved row's own, " + went.why
+                                                        : "step " + std::to_string(over + 1) + " after the restore differs from the saved "
+                                                          "row's own by more than " + sci(c.tol().logits)) +
+                             " (worst " + sci(d) + ")");
     r.figure = d;
     return false;
   };
-  auto judge = [&](int64_t row, size_t k, const std::string& how) { return judge_on(c.target, row, k, how); };
+  auto restored = [&](int64_t row, size_t k, const std::string& how) { return judge_on(c.target, row, k, how); };
   // Into another slot, while the saved row and its neighbour are still live.
   for (size_t k = 0; k < states.size(); ++k) {
     const int64_t row = c.target.restore_row(states[k]);
-    if (!judge(row, k, "beside live rows")) return;
+    if (!restored(row, k, "beside live rows")) return;
     c.target.release_row(row);
   }
   // After a reset: nothing left of the batch it was saved from.
   for (size_t k = 0; k < states.size(); ++k) {
     c.target.reset();
-    if (!judge(c.target.restore_row(states[k]), k, "after a reset")) return;
+    if (!restored(c.target.restore_row(states[k]), k, "after a reset")) return;
   }
   // After churn: rows admitted, stepped and released around it, so it lands in a freed slot that is
   // neither the first nor the last.
@@ -108,7 +119,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
     const std::vector<int64_t> rows = c.target.add_rows({serving_prompt(7, 2, V), serving_prompt(3, 3, V), serving_prompt(11, 4, V)}, logits);
     for (int s = 0; s < 4; ++s) c.target.step_rows(rows, {1, 2, 3});
     c.target.release_row(rows[1]);
-    if (!judge(c.target.restore_row(states[k]), k, "after churn")) return;
+    if (!restored(c.target.restore_row(states[k]), k, "after churn")) return;
   }
   // Into a second instance of the target (an engine: a new process, a fresh context): a state must
   // carry everything, not refer to the memory of the process that saved it.
@@ -119,7 +130,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
       int64_t row = -1;
       try {
         row = second->restore_row(states[k]);
-      } catch (const std::exception& e) {
+      } catch (const CheckFailure& e) {  // a wrong answer fails the row; an engine gone errs (run_check)
         set_result(r, false, "restored into a second instance (saved after " + std::to_string(at[k]) +
                                  " steps): the restore failed: " + e.what());
         return;
@@ -136,6 +147,17 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
                           ": each continues " +
                           std::to_string(kAfter) + " steps as the saved row did (largest |diff| " + sci(parted) +
                           "); the saved row equals its sequence alone (worst |diff| " + sci(worst) + ")");
+}
+
+// --- The rows of the check table this file runs (check_table.cpp lists them in order) ---
+
+CheckDef save_restore_def() {
+  return {check::kSaveRestore,
+  "a row saved as a value inside and past the window, restored beside live rows, after a reset, after churn and "
+  "into a second instance of the target (an engine's second process): each continues as the saved row did",
+  save_restore_check, kServingRow | Tag::Long, Judge::Reference, {Op::Save}, Cost::Run,
+  "a state saved in part, a restored row positioned by its cache's length, a restore into a slot not made fresh, a "
+  "state that refers to the saving process's memory", 4};
 }
 
 }  // namespace tinygpt::checks

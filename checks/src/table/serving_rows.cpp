@@ -123,9 +123,13 @@ bool run_together(CheckContext& c, CheckResult& r, const std::vector<std::vector
 
 // Rows of different prompt lengths prefilled together and decoded together until the shortest is
 // past the window: each row against its sequence alone.
+namespace {
+const std::vector<int64_t> kRaggedLengths = {3, 9, 17};  // ragged's prompt lengths
+}  // namespace
+
 void ragged_check(CheckContext& c, CheckResult& r) {
   const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
-  const std::vector<int64_t> lengths = {3, 9, 17};
+  const std::vector<int64_t>& lengths = kRaggedLengths;
   std::vector<std::vector<int64_t>> prompts;
   for (size_t b = 0; b < lengths.size(); ++b) prompts.push_back(serving_prompt(lengths[b], static_cast<int64_t>(b), V));
   // The shortest prompt's row goes kPastTheWindow past the window; in a run kept inside it, the longest
@@ -217,10 +221,15 @@ void fork_check(CheckContext& c, CheckResult& r) {
 // Rows sharing a long prefix (the fixture's 96 tokens) with tails of their own, in one batch (what
 // cascade attention and prefix-sharing kernels serve from one copy of the prefix): each row against
 // its sequence alone for 32 steps.
+namespace {
+constexpr int64_t kSharedPrefix = 96;  // tokens the rows share (at most 3/8 of a smaller window)
+const std::vector<int64_t> kSharedTails = {1, 6, 13};
+}  // namespace
+
 void shared_prefix_check(CheckContext& c, CheckResult& r) {
   const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
-  const int64_t shared = std::min<int64_t>(96, ctx * 3 / 8);
-  const std::vector<int64_t> tails = {1, 6, 13};
+  const int64_t shared = std::min<int64_t>(kSharedPrefix, ctx * 3 / 8);
+  const std::vector<int64_t>& tails = kSharedTails;
   const std::vector<int64_t> prefix = serving_prompt(shared, 0, V);
   std::vector<std::vector<int64_t>> prompts;
   for (size_t b = 0; b < tails.size(); ++b) {
@@ -235,7 +244,8 @@ void shared_prefix_check(CheckContext& c, CheckResult& r) {
                     worst))
     return;
   r.figure = worst;
-  set_result(r, true, "three rows sharing a " + std::to_string(shared) + "-token prefix (tails of 1, 6 and 13), " + std::to_string(n) +
+  set_result(r, true, std::to_string(tails.size()) + " rows sharing a " + std::to_string(shared) + "-token prefix (tails of " +
+                          ranges_text(tails) + "), " + std::to_string(n) +
                           " steps: every row equals its sequence alone (worst |diff| " + sci(worst) + ")");
 }
 
@@ -298,16 +308,32 @@ std::string ranges(const std::vector<int64_t>& v) {
   }
   return s;
 }
+// The batch sizes of batch-sizes: where engines' kernels and captured graphs change shape, at 16 and 32.
+const std::vector<int64_t> kBatchSizes = {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32, 33};
 }  // namespace
+
+std::string list_text(const std::vector<int64_t>& v) {
+  std::string s;
+  for (int64_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s;
+}
+
+std::string ranges_text(const std::vector<int64_t>& v) {
+  std::string s = ranges(v);  // "1-8,15-17,31-33" -> "1-8, 15-17 and 31-33"
+  for (size_t i = 0; (i = s.find(',', i)) != std::string::npos;) s.replace(i, 1, ", "), i += 2;
+  if (const size_t last = s.rfind(", "); last != std::string::npos) s.replace(last, 2, " and ");
+  return s;
+}
 
 // Batch sizes 1 to 8, 15 to 17 and 31 to 33 (where engines' kernels and captured graphs change
 // shape at 16 and 32) through the target's own loop: each row within the tolerance of that row alone (a
 // failure otherwise), and how far from bitwise identical, measured per batch size.
 void batch_sizes_check(CheckContext& c, CheckResult& r) {
-  constexpr int64_t kMaxBatch = 33, kSteps = 16;
+  constexpr int64_t kSteps = 16;
+  const int64_t kMaxBatch = kBatchSizes.back();
   std::vector<int64_t> sizes;
   const int64_t limit = c.target.max_rows() > 0 ? c.target.max_rows() : kMaxBatch;  // an engine's own batch limit
-  for (int64_t B : {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32, 33})
+  for (int64_t B : kBatchSizes)
     if (B <= limit) sizes.push_back(B);
   const int64_t most = sizes.back();
   const int64_t V = c.model->config().vocab_size, n = std::min<int64_t>(c.opts.tokens, kSteps);
@@ -349,6 +375,51 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
                            sci(c.tol().logits) + " of itself alone; bitwise identical at " + (exact.empty() ? std::string("none") : ranges(exact)) +
                            (inexact.empty() ? "" : ", largest |diff| " + sci(worst) + " (at " + ranges(inexact) + ")");
   set_result(r, !(c.opts.require_batch_invariance && worst > 0), what);
+}
+
+// --- The rows of the check table this file runs (check_table.cpp lists them in order) ---
+
+CheckDef ragged_def() {
+  return {check::kRagged,
+  "rows of different prompt lengths (" + list_text(kRaggedLengths) + ") in one batch each equal their sequence alone, inside and past the window",
+  ragged_check, kServingRow, Judge::Reference, {Op::Ragged}, Cost::Run, "positions counted from the padded length", 3};
+}
+
+CheckDef join_leave_def() {
+  return {check::kJoinLeave,
+  "a row leaving and another joining a running batch change no row: each equals its sequence alone", join_leave_check,
+  kServingRow, Judge::Reference, {Op::Join}, Cost::Run, "a joined row stepped at the batch's position, a freed slot reused unreset", 2};
+}
+
+CheckDef fork_def() {
+  return {check::kFork,
+  "a row forked early and again far past the window (its entries moved): parent and children continue apart, each "
+  "equal to its sequence alone",
+  fork_check, kServingRow | Tag::Long, Judge::Reference, {Op::Fork}, Cost::Run,
+  "a fork sharing storage with its parent, a fork that loses where the parent's live entries begin", 3};
+}
+
+CheckDef rollback_def() {
+  return {check::kRollback,
+  "drafts rolled back inside the window, across its edge and past it leave the sequence without them", rollback_check,
+  kServingRow, Judge::Reference, {Op::Truncate}, Cost::Run,
+  "a rollback one entry off, one that cannot bring back the entries a draft pushed out of the window"};
+}
+
+CheckDef batch_sizes_def() {
+  return {check::kBatchSizes,
+  "batch sizes " + ranges_text(kBatchSizes) + " (bucket edges): every row within the tolerance of itself alone; bitwise "
+  "invariance measured",
+  batch_sizes_check,
+  static_cast<Tags>(Tag::Serving), Judge::Invariance, {}, Cost::Runs,
+  "a row over the tolerance from itself alone; with --require-batch-invariance, any difference"};
+}
+
+CheckDef shared_prefix_def() {
+  return {check::kSharedPrefix,
+  "rows sharing a " + std::to_string(kSharedPrefix) + "-token prefix with tails of their own, in one batch: each equals its sequence alone",
+  shared_prefix_check, static_cast<Tags>(Tag::Serving), Judge::Reference, {Op::Ragged}, Cost::Run,
+  "a shared prefix served to the wrong row or at the wrong positions (cascade attention)", 3};
 }
 
 }  // namespace tinygpt::checks

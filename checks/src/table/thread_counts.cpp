@@ -15,9 +15,12 @@ namespace tinygpt::checks {
 
 namespace {
 
-// 1, 2 and the cores available, each once, in that order.
+// The counts it runs at, then the cores available (each once, in that order).
+const std::vector<int> kCounts = {1, 2};
 std::vector<int> thread_counts(const EquivalenceOptions& o) {
-  std::vector<int> counts = o.thread_counts.empty() ? std::vector<int>{1, 2, available_cores()} : o.thread_counts;
+  std::vector<int> counts = kCounts;
+  counts.push_back(available_cores());
+  if (!o.thread_counts.empty()) counts = o.thread_counts;
   std::vector<int> out;
   for (int t : counts)
     if (t >= 1 && std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
@@ -84,6 +87,16 @@ void thread_counts_check(CheckContext& c, CheckResult& r) {
              "threads " + names + ", " + std::to_string(n) + " greedy steps each: bitwise identical to 1 thread at " +
                  (exact.empty() ? std::string("none") : exact) +
                  (inexact.empty() ? "" : "; largest |diff| " + sci(worst) + " (at " + inexact + ")"));
+}
+
+// --- The rows of the check table this file runs (check_table.cpp lists them in order) ---
+
+CheckDef thread_counts_def() {
+  return {check::kThreadCounts,
+  "the same greedy run at " + list_text(std::vector<int64_t>(kCounts.begin(), kCounts.end())) +
+  " threads and at every core available: within the tolerance of the first count; bitwise invariance measured",
+  thread_counts_check, 0, Judge::Invariance, {Op::Threads}, Cost::Runs,
+  "a cache or kernel that races between threads; with --require-thread-invariance, any difference"};
 }
 
 }  // namespace tinygpt::checks

@@ -61,6 +61,13 @@ class ServingSchedule {
   // A row's next position after a context shift dropped `discard` of its `next` tokens. Production:
   // next - discard.
   virtual int64_t shift_next(int64_t next, int64_t discard) const;
+  // Whether a slot's entries may serve a new prompt's prefix: a row that left (`live` false) and never
+  // went past the `context` (`peak`: the furthest it went; past the window a cache's first entries are
+  // on their way out). Production: exactly those.
+  virtual bool reusable(bool live, int64_t peak, int64_t context) const;
+  // What a context shift leaves of a kept later token for a later prompt to match. Production: -1
+  // (its entry was computed beside the dropped tokens: never a cold run's).
+  virtual int64_t shifted_token(int64_t id) const;
 };
 const ServingSchedule& production_serving();
 

@@ -87,8 +87,6 @@ inline constexpr const char kSeriesCache[] = "rolling";
 // A budget is the user's decision (conform's --max-kl sets another); this one sits between the
 // cache (3-4x inside) and its mildest fault (2.7x outside).
 inline constexpr double kInt8KvBudget = 3e-5;
-// The rows a low-precision cache is judged on in verify: the logit rows, against our fp32 model.
-inline constexpr const char* kBudgetRows[] = {"logits", "window-reference", "teacher-forced", "batch"};
 
 // The process-wide registry: "rolling" (the series' cache and arithmetic), "static" (the
 // preallocated cache with the decode kernels), "cuda-graph" (a ring whose decode steps replay a CUDA

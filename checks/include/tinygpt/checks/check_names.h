@@ -28,6 +28,9 @@ inline constexpr const char kSharedPrefix[] = "shared-prefix";
 inline constexpr const char kChurn[] = "churn";
 inline constexpr const char kSaveRestore[] = "save-restore";
 inline constexpr const char kContextShift[] = "context-shift";
+inline constexpr const char kReuseAfterShift[] = "reuse-after-shift";
+inline constexpr const char kReusePastWindow[] = "reuse-past-window";
+inline constexpr const char kRollbackAfterRestore[] = "rollback-after-restore";
 inline constexpr const char kServed[] = "served";
 
 // The prefix of every sampler row's name.

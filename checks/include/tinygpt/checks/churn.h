@@ -17,6 +17,8 @@
 #include <optional>
 #include <vector>
 
+#include "tinygpt/checks/judge.h"
+#include "tinygpt/checks/ops.h"
 #include "tinygpt/gpt.h"
 
 namespace tinygpt::checks {
@@ -46,13 +48,15 @@ std::string to_string(const ChurnOp& op);
 // The id fed at `position` of row `row` after `rollbacks` rollbacks and shifts of it, in [0, vocab).
 int64_t churn_token(int64_t row, int64_t position, int64_t rollbacks, int64_t vocab);
 
-// Which operations a plan may use (a target without extend, fork, truncate, shift or save gets none of them).
+// Which operations a plan may use beyond admitting, stepping and releasing rows (a target without
+// fork, truncate, extend, shift or save gets none of those), and whether a row may leave the window.
 struct ChurnOps {
-  bool fork = true, truncate = true, extend = true, shift = true, save = true;
+  Ops offered{Op::Fork, Op::Truncate, Op::Extend, Op::Shift, Op::Save};
   bool past_window = true;
+  bool has(Op o) const { return offered.has(o); }
 };
 
-// The operations `t` has (serving_unsupported says which it lacks).
+// The operations `t` offers (DecodeTarget::unsupported says which it lacks).
 ChurnOps churn_ops_of(const DecodeTarget& t, bool past_window = true);
 
 // What a churn run's rows are, without tensors: enough to say which operations apply (and for
@@ -147,16 +151,18 @@ std::vector<ChurnOp> churn_plan(uint64_t seed, int64_t n, int64_t context, int64
 // A row against our reference over its own sequence alone (or its shifted entries), at every
 // position it showed.
 struct ChurnVerdict {
+  bool ok = true;             // within the bounds (judge.h)
+  std::string why;            // the judge's reason when not
   double worst = 0;           // largest |diff|
-  int64_t first_over = -1;    // the position of the first shown logits over the tolerance; -1 if none
+  int64_t first_over = -1;    // the position of the first shown logits over the bound that judged it; -1 if none
   int64_t index = -1;         // their index in the row's positions
-  double diff_there = 0;
+  double diff_there = 0;      // their |diff|, or their KL when the row is judged by the distribution
   double kl_mean = 0;         // mean KL(reference || shown) over the row's shown positions
 };
-// With `max_kl` (an approximate target judged by mean KL, Tolerances::max_kl), a row is over when
-// its mean KL is: first_over is then its first position whose own KL is over max_kl (its first
-// position if none alone is), and diff_there that KL.
-ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, double tolerance, std::optional<double> max_kl = std::nullopt);
+// Judged by the one judge at `t`: max |diff| by default; mean KL and top-1 agreement when t has them
+// (first_over is then the first position whose own KL is over the bound, or where the argmax first
+// parted, or the row's first position).
+ChurnVerdict churn_verdict(GPT& model, const ChurnRow& row, const Tolerances& t);
 // The churn row's seed: verify and conform run the same plan every time.
 inline constexpr uint64_t kChurnSeed = 36;
 inline constexpr int64_t kChurnOps = 200, kChurnLive = 8;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "tinygpt/checks/judge.h"
 #include "tinygpt/checks/reference.h"
 #include "tinygpt/checks/results.h"
 
@@ -25,6 +26,8 @@ struct KvCost {
   const StepDiffs& judged() const { return baseline.empty() ? vs_model : vs_baseline; }
   // The first position whose step's KL exceeds the budget, if any.
   std::optional<int64_t> first_over_budget() const;
+  // The budget as bounds of the one judge (judge.h): mean KL <= budget, and top-1 >= min_top1 when set.
+  Tolerances bounds() const;
   bool passed() const;
 };
 // The 99th percentile of a run's per-step KL (0 when empty).

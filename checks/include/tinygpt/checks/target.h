@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/ops.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/laws/sampler_under_test.h"
@@ -98,9 +99,9 @@ class DecodeTarget {
   virtual std::string loop_name() const { return "target"; }
 
   // --- Serving operations: rows of a running batch, by id (docs/protocol.md, protocol 2) ---
-  // "" when the target supports `op` (ragged, join, fork, truncate, extend); else why not (the rows
-  // that need it are then skipped, saying so).
-  virtual std::string serving_unsupported(const std::string& op) const { return "the target does not support " + op; }
+  // "" when the target offers `op` (ops.h); else why not (the rows that need it are then skipped,
+  // saying so, and the operations below throw std::logic_error with that reason).
+  virtual std::string unsupported(Op op) const { return std::string("the target does not support ") + op_name(op); }
   // New rows from prompts of any lengths (each at its own positions from 0), prefilled together, next
   // to any rows already running: their ids; `logits` (R, V) each one's last position.
   virtual std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits);
@@ -164,7 +165,7 @@ class ModelTarget final : public DecodeTarget {
   const CacheVariant& variant() const { return *variant_; }
 
   // Serving operations through a RowBatch of this variant's caches (one per row).
-  std::string serving_unsupported(const std::string& op) const override;
+  std::string unsupported(Op op) const override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
