@@ -15,7 +15,7 @@ std::string tag_names(Tags tags) {
   static const std::pair<Tag, const char*> names[] = {
       {Tag::Default, "default"},         {Tag::Serving, "serving"},     {Tag::PastWindow, "past-window"},
       {Tag::OnlyPastWindow, "only-past-window"}, {Tag::NeedsScores, "needs-scores"}, {Tag::EngineOnly, "engine-only"},
-      {Tag::Sampler, "sampler"}};
+      {Tag::Sampler, "sampler"}, {Tag::Budget, "budget"}, {Tag::Long, "long"}};
   std::string s;
   for (const auto& [t, n] : names)
     if (has(tags, t)) s += (s.empty() ? "" : ", ") + std::string(n);
@@ -59,7 +59,7 @@ CheckContext::CheckContext(GPT& m, const EquivalenceOptions& o, DecodeTarget& t,
 
 const Reference& CheckContext::ref() {
   if (shared_) return *shared_;
-  if (!own_ref_) own_ref_ = build_reference(model, opts.prompt, opts.tokens);
+  if (!own_ref_) own_ref_ = cached_reference(model, opts.prompt, opts.tokens);
   return *own_ref_;
 }
 
@@ -130,9 +130,30 @@ void validate(const EquivalenceOptions& opts) {
   if (t.min_top1 && !(*t.min_top1 > 0 && *t.min_top1 <= 1)) throw std::invalid_argument("--min-top1 must be in (0, 1]");
 }
 
+std::string options_key(const EquivalenceOptions& o) {
+  std::ostringstream s;
+  s.precision(17);
+  auto ids = [&](const at::Tensor& t) {
+    const at::Tensor c = t.to(at::kCPU).contiguous();
+    s << "(" << c.size(0) << "x" << c.size(1) << ")";
+    for (int64_t i = 0; i < c.numel(); ++i) s << c.data_ptr<int64_t>()[i] << ",";
+  };
+  s << "prompt ";
+  ids(o.prompt);
+  s << " tokens " << o.tokens << " batch " << o.batch_rows << "/" << o.batch_tokens << "/" << o.batch_stride << " sampling "
+    << o.sampling.to_string() << " seed " << o.sampling_seed << "/" << o.sampled_tokens << " long " << o.long_extra << "/"
+    << o.long_tokens << " reset " << o.reset_tokens << " serving " << o.serving_tokens << " self " << o.self_stride << " invariance "
+    << o.require_batch_invariance << o.require_thread_invariance << " threads";
+  for (int t : o.thread_counts) s << " " << t;
+  s << " past " << o.past_window << " (" << o.inside_window_why << ") tol " << o.tolerance.logits << "/" << o.tolerance.self << "/"
+    << (o.tolerance.max_kl ? *o.tolerance.max_kl : -1.0) << "/" << (o.tolerance.min_top1 ? *o.tolerance.min_top1 : -1.0) << " device "
+    << o.prompt.device().str();
+  return s.str();
+}
+
 Reference build_reference(GPT& model, const EquivalenceOptions& opts) {
   validate(opts);
-  return build_reference(model, opts.prompt, opts.tokens);
+  return cached_reference(model, opts.prompt, opts.tokens);
 }
 
 std::vector<std::string> check_names() {
@@ -159,7 +180,7 @@ std::vector<std::string> model_checks_with(Tags all, Tags none) {
 std::vector<std::string> row_operation_checks() {
   std::vector<std::string> out;
   for (const auto& c : model_checks())
-    if (!c.op.empty() && c.is(Tag::Serving) && !c.is(Tag::EngineOnly)) out.push_back(c.name);  // our model's rows
+    if (!c.ops.empty() && c.is(Tag::Serving) && !c.is(Tag::EngineOnly)) out.push_back(c.name);  // our model's rows
   return out;
 }
 
@@ -185,20 +206,19 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
                std::to_string(ctx.target.max_rows()) + " (its hello's max_rows)";
     return true;
   }
-  if (!def.is(Tag::Sampler) && def.op != "generate" && !ctx.target.rows_unsupported().empty()) {
+  if (!def.is(Tag::Sampler) && !(def.ops == Ops{Op::Generate}) && !ctx.target.rows_unsupported().empty()) {
     r.status = Status::Skipped;
     r.detail = "skipped: " + ctx.target.rows_unsupported();
     return true;
   }
-  for (size_t from = 0; from < def.op.size();) {  // "fork,truncate": each operation in turn
-    const size_t comma = std::min(def.op.find(',', from), def.op.size());
-    const std::string why = ctx.target.serving_unsupported(def.op.substr(from, comma - from));
-    if (!why.empty()) {
-      r.status = Status::Skipped;
-      r.detail = "skipped: " + why;
-      return true;
-    }
-    from = comma + 1;
+  std::string why;  // the first operation the target lacks, in the enum's order
+  def.ops.each([&](Op op) {
+    if (why.empty()) why = ctx.target.unsupported(op);
+  });
+  if (!why.empty()) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: " + why;
+    return true;
   }
   return false;
 }
@@ -218,8 +238,8 @@ void annotate_deviations(const CheckDef& def, const RowBound& b, CheckResult& ro
     for (const auto& n : b.relaxed_by) names += (names.empty() ? "" : ", ") + n;
     // What judged it: the self bound, a KL bound (--max-kl or a deviation's), or the relaxed |diff|.
     const std::string bound = def.judge == Judge::Self ? sci(b.tol.self)
-                              : b.tol.max_kl           ? "mean KL <= " + sci(*b.tol.max_kl)
-                                                       : sci(b.tol.logits);
+                              : b.tol.by_distribution()  ? judge(StepDiffs{}, b.tol).bound
+                                                         : sci(b.tol.logits);
     row.detail = "declared " + names + ", judged at " + bound + ": " + row.detail;
   }
 }
@@ -233,7 +253,11 @@ CheckResult run_check(const CheckDef& def, CheckContext& ctx) {
   ctx.row_ = &def;
   ctx.bound_ = ctx.bound_for(def);
   try {
-    if (!skipped_here(def, ctx, r)) def.run(ctx, r);
+    if (!skipped_here(def, ctx, r)) {
+      def.run(ctx, r);
+      // A row judged against our model says the bound that judged it (judge.h), whatever its run wrote.
+      if (r.bound.empty() && def.judge == Judge::Reference) r.bound = judge(StepDiffs{}, ctx.tol()).bound;
+    }
   } catch (const CheckFailure& e) {
     std::string msg = e.what();
     if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);

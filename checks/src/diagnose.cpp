@@ -8,6 +8,12 @@
 #include <set>
 #include <type_traits>
 
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/checks/target.h"
@@ -76,6 +82,43 @@ Seen seen_in(const std::vector<CheckResult>& rows) {
   return s;
 }
 
+// A catalogue fault's run of `rows` on our model: what the diagnosis compares the engine with. It is
+// our model's own computation, so it is kept beside the references (TINYGPT_REFERENCE_CACHE, keyed by
+// the build, the weights, every option, the fault and the rows): the runs that ask the same question
+// share one answer. Only what a diagnosis reads is kept: each row's name, verdict and statistics.
+std::vector<CheckResult> fault_run(GPT& model, const EquivalenceOptions& opts, const CacheVariant& f,
+                                   const std::vector<std::string>& rows, const Reference& ref) {
+  const std::string path = cache_entry_path(model, "diagnosis", options_key(opts) + " | " + f.name + " | " + join(rows), ".json");
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::exists(path, ec)) {
+    try {
+      std::vector<CheckResult> out;
+      const nlohmann::json doc = nlohmann::json::parse(std::ifstream(path));  // kept alive: the loop reads into it
+      for (const auto& j : doc.at("rows")) {
+        CheckResult r;
+        r.name = j.at("name").get<std::string>();
+        r.status = j.at("failed").get<bool>() ? Status::Fail : Status::Pass;
+        r.stats = j.at("stats").get<std::map<std::string, double>>();
+        out.push_back(std::move(r));
+      }
+      return out;
+    } catch (const std::exception&) {  // unreadable: run again
+    }
+  }
+  ModelTarget t(model, f);
+  std::vector<CheckResult> out = run_checks(model, opts, t, rows, &ref).checks;
+  if (!path.empty()) {
+    nlohmann::json doc = {{"fault", f.name}, {"rows", nlohmann::json::array()}};
+    for (const auto& r : out) doc["rows"].push_back({{"name", r.name}, {"failed", r.failed()}, {"stats", r.stats}});
+    try {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      write_text_atomically(path, doc.dump());
+    } catch (const std::exception&) {  // a cache that cannot be written only costs the next run time
+    }
+  }
+  return out;
+}
+
 std::string positions(const Seen& s, const std::vector<std::string>& order) {
   std::string out;
   for (const auto& n : order)
@@ -119,9 +162,8 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   const Reference ref = build_reference(model, opts);
   std::vector<Seen> got(faults.size());
   run_in_parallel(faults.size(), default_workers(opts.prompt.device()), [&](size_t i) {
-    ModelTarget t(model, *faults[i]);
     try {
-      got[i] = seen_in(run_checks(model, opts, t, runs[i], &ref).checks);
+      got[i] = seen_in(fault_run(model, opts, *faults[i], runs[i], ref));
     } catch (const std::exception&) {
       got[i] = Seen{};  // a fault that cannot run these rows matches nothing
     }

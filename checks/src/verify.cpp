@@ -186,8 +186,10 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   // Phase 1: the reference's uncached steps (from the golden run's ids, side by side) and, beside
   // them, what needs no reference of the main run: the batch of three (its own reference) and the
   // goldens of the caches whose golden rows are cached runs only.
-  GuessedReference guessed(fx.model, opts.prompt, opts.tokens, workers > 1 ? golden_guess(fx.dir, opts.prompt, opts.tokens) : at::Tensor(),
-                           workers > 1 ? 3 : 0);
+  std::optional<Reference> kept = load_cached_reference(fx.model, opts.prompt, opts.tokens);  // TINYGPT_REFERENCE_CACHE
+  const bool spans = !kept && workers > 1;
+  GuessedReference guessed(fx.model, opts.prompt, opts.tokens, spans ? golden_guess(fx.dir, opts.prompt, opts.tokens) : at::Tensor(),
+                           spans ? 3 : 0);
   EquivalenceOptions bopts;  // a batch of three different prompts through every check
   bopts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
   bopts.tokens = std::min<int64_t>(o.tokens, 96);
@@ -213,7 +215,8 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     for (size_t k = 0; k < production.size(); ++k)
       if (production[k]->name != kSeriesCache) early_goldens.push_back(k);
   say("reference: uncached greedy run, full-forward and banded logits" +
-      std::string(guessed.spans() ? " (its steps side by side from the golden run's ids)" : ""));
+      std::string(kept ? " (kept from an earlier run: TINYGPT_REFERENCE_CACHE)"
+                       : guessed.spans() ? " (its steps side by side from the golden run's ids)" : ""));
   run_in_parallel(guessed.spans() + 1 + early_goldens.size(), workers, [&](size_t job) {
     if (job < guessed.spans()) return guessed.run_span(job);
     if (job == guessed.spans()) {
@@ -228,7 +231,11 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     }
     goldens(early_goldens[job - guessed.spans() - 1], nullptr);
   });
-  const Reference ref = guessed.finish();
+  if (!kept) {
+    kept = guessed.finish();
+    store_cached_reference(fx.model, opts.prompt, opts.tokens, *kept);
+  }
+  const Reference ref = std::move(*kept);
 
   // Phase 2: batch 1, every production cache (the negative controls) at the seed's 600 tokens, and
   // every fault through the rows that must catch it at context + 16 tokens; beside them in the same
@@ -245,7 +252,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   io.fault_side_tokens = 48;
   const auto budgeted = cache_registry().budgeted(/*faults=*/false);
   std::vector<std::string> budget_names;
-  for (const char* n : kBudgetRows)
+  for (const auto& n : model_checks_with(static_cast<Tags>(Tag::Budget)))  // the logit rows, against our fp32 model
     if (std::find(rows.begin(), rows.end(), n) != rows.end()) budget_names.push_back(n);
   const size_t B = budget_names.empty() ? 0 : budgeted.size();
   rep.budgeted.resize(B);

@@ -537,7 +537,7 @@ class Forwarding : public DecodeTarget {
   void reset() override { inner_.reset(); }
   at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
   at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
-  std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
+  std::string unsupported(Op op) const override { return inner_.unsupported(op); }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override { return inner_.extend_row(row, ids); }
@@ -628,7 +628,7 @@ class ThreadDependent final : public DecodeTarget {
   void reset() override { inner_.reset(); }
   at::Tensor prefill(const at::Tensor& ids) override { return moved(inner_.prefill(ids)); }
   at::Tensor step(const at::Tensor& ids) override { return moved(inner_.step(ids)); }
-  std::string serving_unsupported(const std::string& op) const override { return inner_.serving_unsupported(op); }
+  std::string unsupported(Op op) const override { return inner_.unsupported(op); }
   int set_threads(int n) override { return inner_.set_threads(n); }
 
  private:
@@ -715,8 +715,8 @@ TEST(CheckTable, SelectionsAreDerivedFromTheTags) {
   const auto ops = row_operation_checks();
   for (const char* n : {"ragged", "join-leave", "fork", "rollback"}) EXPECT_EQ(std::count(ops.begin(), ops.end(), n), 1) << n;
   for (const auto& c : model_checks())
-    EXPECT_EQ(std::count(ops.begin(), ops.end(), c.name), !c.op.empty() && c.is(Tag::Serving) && !c.is(Tag::EngineOnly) ? 1 : 0) << c.name;
-  for (const auto& c : model_checks()) EXPECT_EQ(c.is(Tag::Serving) && c.op.empty(), c.name == "batch-sizes") << c.name;
+    EXPECT_EQ(std::count(ops.begin(), ops.end(), c.name), !c.ops.empty() && c.is(Tag::Serving) && !c.is(Tag::EngineOnly) ? 1 : 0) << c.name;
+  for (const auto& c : model_checks()) EXPECT_EQ(c.is(Tag::Serving) && c.ops.empty(), c.name == "batch-sizes") << c.name;
   const auto conformed = conform_selection({"sampler"});
   for (const auto& n : conformed) EXPECT_FALSE(find_check(n).is(Tag::NeedsScores)) << n;
   EXPECT_LT(conformed.size(), sampler_checks().size()) << "the laws that read filtered scores are left out";

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "tinygpt/checks/check_names.h"
+#include "tinygpt/checks/judge.h"
+#include "tinygpt/checks/ops.h"
 #include "tinygpt/checks/reference.h"
 #include "tinygpt/checks/results.h"
 #include "tinygpt/checks/target.h"
@@ -22,16 +24,7 @@
 
 namespace tinygpt::checks {
 
-// The bounds a check judges by. `logits` is max |diff| against our reference model; `self` is max
-// |diff| of the target's cached step against its own prefill of the same tokens (both paths share
-// every approximation the target makes, so only the cache can part them).
-struct Tolerances {
-  double logits = kLogitTolerance;
-  double self = kSelfTolerance;
-  std::optional<double> max_kl;    // gate on mean KL(reference || target) per step instead of max |diff|
-  std::optional<double> min_top1;  // gate on the share of steps whose argmax agrees
-};
-
+// A field added here is added to options_key (below) too: results kept between processes are keyed by it.
 struct EquivalenceOptions {
   at::Tensor prompt;     // (B, T0) int64; longer than the context is allowed (SPEC 4 feeds the last context)
   int64_t tokens = 600;  // greedy new tokens of the main run
@@ -112,6 +105,9 @@ enum class Tag : unsigned {
   NeedsScores = 1u << 4,   // reads a sampler's filtered scores: never run on an engine seen through `sample`
   EngineOnly = 1u << 5,    // for targets that are not our model: our own caches' runs leave it out
   Sampler = 1u << 6,       // a row of the sampler table
+  Budget = 1u << 7,        // a low-precision cache's logit rows in verify, judged by its KL budget
+  Long = 1u << 8,          // a serving row that runs long (far past the window, many operations): a serving
+                           // fault runs it only when it is the row the fault must be caught by
 };
 using Tags = unsigned;
 constexpr Tags operator|(Tag a, Tag b) { return static_cast<Tags>(a) | static_cast<Tags>(b); }
@@ -147,9 +143,9 @@ struct CheckDef {
   std::function<void(CheckContext&, CheckResult&)> run;
   Tags tags = 0;
   Judge judge = Judge::Reference;
-  // The serving operations the row drives, comma-separated (ragged, join, fork, truncate, extend;
-  // DecodeTarget::serving_unsupported): the row is skipped, saying why, on a target without one. Empty: none.
-  std::string op;
+  // The serving operations the row drives (ops.h; DecodeTarget::unsupported): the row is skipped,
+  // saying why, on a target without one of them. Empty: none.
+  Ops ops;
   Cost cost = Cost::Run;
   std::string catches;  // one line: the bugs a failure points to, for the docs and `tinygpt checks`
   // The most rows it drives at once: skipped, saying so, on a target that takes fewer
@@ -227,7 +223,11 @@ std::string model_check_list();
 
 // Throws std::invalid_argument naming the first bad option.
 void validate(const EquivalenceOptions& opts);
-// build_reference(model, opts.prompt, opts.tokens) after validate(opts).
+// Every field of `opts` as text: what a result kept between processes is keyed by (a field added to
+// EquivalenceOptions is added here too).
+std::string options_key(const EquivalenceOptions& opts);
+// cached_reference(model, opts.prompt, opts.tokens) after validate(opts) (reference.h: computed here
+// unless TINYGPT_REFERENCE_CACHE holds it).
 Reference build_reference(GPT& model, const EquivalenceOptions& opts);
 
 // Runs the named checks of either table (the default set of model checks when `names` is empty).

@@ -66,6 +66,21 @@ Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
 // uncached forwards of one run gain nothing from a second intra-op thread: docs/perf.md).
 Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int workers);
 
+// The reference of (model, prompt, tokens) kept on disk between processes, in the folder the
+// environment's TINYGPT_REFERENCE_CACHE names (unset: nothing is kept; the test suite sets it to
+// build/reference-cache, so verify, equivalence and every conform run of one build share one uncached
+// run per model and prompt). An entry is keyed by the weights' bytes, the config, the prompt, the
+// tokens and the running program's build id: another model, input or build never reads it. CPU only.
+// load: the entry when there is one (nullopt otherwise); store: writes it atomically, and a cache
+// that cannot be written is no error; cached_reference: load, or build_reference and store.
+std::optional<Reference> load_cached_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
+void store_cached_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const Reference& r);
+Reference cached_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
+// Any other computation of our model kept the same way: the path of the entry of `kind` for `key`
+// (a text naming everything else the result depends on), keyed as the references are; "" when nothing
+// is kept (TINYGPT_REFERENCE_CACHE unset, a model off the CPU, a program without a build id).
+std::string cache_entry_path(GPT& model, const std::string& kind, const std::string& key, const std::string& extension);
+
 // That reference in parts a caller runs side by side with other work: the guessed run's steps in
 // `spans` spans of about equal cost (a step costs its window's length), then finish() - the choices
 // checked against the guess, the rest one step after another from where it parted, and the full and
