@@ -2,6 +2,7 @@
 # project in lib/examples/conformance against it. PLANTED=ON builds its planted-bug variant, which
 # must FAIL with tinygpt's diagnostics (the failing check and position; RapidCheck's counterexample).
 file(REMOVE_RECURSE ${WORK_DIR})
+include(${CMAKE_CURRENT_LIST_DIR}/outside_ccache.cmake)
 function(run)
   execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
@@ -10,7 +11,7 @@ function(run)
 endfunction()
 run(${CMAKE_COMMAND} --install ${BINARY_DIR} --prefix ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/lib/examples/conformance -B ${WORK_DIR}/build -G ${GENERATOR}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DPLANTED_BUG=${PLANTED})
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DPLANTED_BUG=${PLANTED} ${OUTSIDE_LAUNCHER})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 if(NOT PLANTED)
   execute_process(COMMAND ${WORK_DIR}/build/conformance_tests RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
