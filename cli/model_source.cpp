@@ -1,6 +1,7 @@
 #include "model_source.h"
 
 #include "tinygpt/checkpoint.h"
+#include "tinygpt/kernel_step.h"
 
 #include <iostream>
 
@@ -18,6 +19,7 @@ GPT load_model(const ModelSource& src, c10::Device device) {
   if (src.checkpoint.empty()) {
     GPT model(Config{}, src.weight_seed);
     model->to(device);
+    if (device.is_cpu()) pack_parameters(*model);  // as a loaded checkpoint is (kernel_step.h)
     model->eval();
     return model;
   }

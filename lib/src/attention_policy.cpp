@@ -1,6 +1,7 @@
 #include "tinygpt/attention_policy.h"
 
 #include <ATen/ATen.h>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -49,6 +50,13 @@ at::Tensor causal_mask(int64_t tq, int64_t tk, int64_t window, const c10::Tensor
   if (window > 0) visible = visible & (kpos > qpos - window);
   return at::zeros({tq, tk}, opts).masked_fill(visible.logical_not(),
                                                -std::numeric_limits<double>::infinity());
+}
+
+at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask) {
+  const double hd = static_cast<double>(q.size(-1));
+  at::Tensor att = at::matmul(q, K.transpose(-2, -1)) / std::sqrt(hd);  // (B, H, T, S)
+  if (mask.defined()) att = att + mask;
+  return at::matmul(at::softmax(att, -1), V);  // (B, H, T, hd)
 }
 
 }  // namespace tinygpt

@@ -9,6 +9,7 @@
 
 #include "tinygpt/errors.h"
 #include "tinygpt/safetensors.h"
+#include "tinygpt/kernel_step.h"
 #include "tinygpt/torch_checkpoint.h"
 
 namespace tinygpt {
@@ -83,6 +84,7 @@ GPT model_from_checkpoint(const Checkpoint& ck, c10::Device device, const std::s
     throw InputError(path + ": " + e.what());
   }
   model->to(device);
+  if (device.is_cpu()) pack_parameters(*model);  // the decode path streams them in one run
   model->eval();
   return model;
 }

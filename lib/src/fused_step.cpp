@@ -12,6 +12,7 @@
 #include "kernels_raw.h"
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/gpt.h"
+#include "tinygpt/kernel_step.h"
 #include "tinygpt/rope.h"
 #include "tinygpt/static_kv_cache.h"
 
@@ -59,7 +60,7 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
   const int64_t B = idx.size(0), T = idx.size(1);
   if (kernels != Kernels::Decode || T != 1 || B < 1 || B > kMatvecMaxRows || !idx.device().is_cpu() ||
       !E.device().is_cpu() || E.scalar_type() != at::kFloat || !E.is_contiguous())
-    return model.step_unchecked(idx, cache, start, production_policy(), kernels);
+    return step_with(model, idx, cache, start, production_policy(), kernels);
 
   Laps laps(profile_);
   if (profile_) ++profile_->steps;

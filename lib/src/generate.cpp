@@ -1,5 +1,7 @@
 #include "tinygpt/generate.h"
 
+#include "tinygpt/kernel_step.h"
+
 #include <ATen/ATen.h>
 #include <stdexcept>
 
@@ -61,7 +63,7 @@ at::Tensor Recorder::stacked() const {
 
 at::Tensor decode_step(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const DecodePath& path) {
   if (path.step) return (*path.step)(model, idx, cache, start, path.kernels);
-  return model.step_unchecked(idx, cache, start, *path.policy, path.kernels);
+  return step_with(model, idx, cache, start, *path.policy, path.kernels);
 }
 
 TokenChooser greedy() {

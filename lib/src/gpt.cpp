@@ -10,7 +10,6 @@
 #include <limits>
 #include <stdexcept>
 
-#include "tinygpt/huge_pages.h"
 
 namespace tinygpt {
 
@@ -49,12 +48,18 @@ AttentionImpl::AttentionImpl(const Config& cfg) : n_heads_(cfg.n_heads) {
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                                  KVCache* cache, int64_t layer, Kernels kernels, const at::Tensor& residual,
-                                  const at::Tensor& positions) {
+                                  KVCache* cache, int64_t layer, const at::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_heads_;
-  auto parts = project(x, qkv->weight, {}, kernels).split(C, -1);  // 3 x (B, T, d)
+  auto parts = qkv->forward(x).split(C, -1);  // 3 x (B, T, d)
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_heads_, hd}).transpose(1, 2); };
-  at::Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);  // (B, H, T, hd)
+  const at::Tensor y = attend_heads(heads(parts[0]), heads(parts[1]), heads(parts[2]), start, policy, cache, layer,
+                                    positions);  // (B, H, T, hd)
+  return out->forward(y.transpose(1, 2).reshape({B, T, C}));  // (B, T, d)
+}
+
+at::Tensor AttentionImpl::attend_heads(at::Tensor q, at::Tensor k, at::Tensor v, int64_t start, const AttentionPolicy& policy,
+                                       KVCache* cache, int64_t layer, const at::Tensor& positions, AttendFn attend) const {
+  const int64_t B = q.size(0), T = q.size(2);
   if (positions.defined()) policy.position_rows(q, k, v, positions);
   else policy.position(q, k, v, start);
   at::Tensor K = k, V = v;
@@ -64,12 +69,11 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const Atte
     std::vector<at::Tensor> ys;
     for (int64_t b = 0; b < B; ++b) {
       const auto& [Kb, Vb] = rows.at(static_cast<size_t>(b));
-      ys.push_back(attend(q.narrow(0, b, 1), Kb, Vb, policy.mask(T, Kb.size(2), q.options()), kernels));  // (1, H, T, hd)
+      ys.push_back(attend(q.narrow(0, b, 1), Kb, Vb, policy.mask(T, Kb.size(2), q.options())));  // (1, H, T, hd)
     }
-    const at::Tensor y = at::cat(ys, 0);  // (B, H, T, hd)
-    return project(y.transpose(1, 2).reshape({B, T, C}), out->weight, {}, kernels, residual);  // (B, T, d)
+    return at::cat(ys, 0);  // (B, H, T, hd)
   }
-  at::Tensor mask = policy.mask(T, K.size(2), q.options());           // (T, S) or undefined
+  at::Tensor mask = policy.mask(T, K.size(2), q.options());  // (T, S) or undefined
   if (cache != nullptr) {
     // Rows of different lengths: each row sees only its own keys, (B, 1, 1, S) added to (T, S).
     const at::Tensor seen = cache->key_mask(layer);  // (B, S) bool or undefined
@@ -79,8 +83,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const Atte
       mask = mask.defined() ? mask + hide : hide;
     }
   }
-  at::Tensor y = attend(q, K, V, mask, kernels);  // (B, H, T, hd)
-  return project(y.transpose(1, 2).reshape({B, T, C}), out->weight, {}, kernels, residual);  // (B, T, d)
+  return attend(q, K, V, mask);  // (B, H, T, hd)
 }
 
 BlockImpl::BlockImpl(const Config& cfg) {
@@ -94,15 +97,9 @@ BlockImpl::BlockImpl(const Config& cfg) {
 }
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                              KVCache* cache, int64_t layer, Kernels kernels, const at::Tensor& positions) {
-  auto norm = [&](const nn::LayerNorm& n, const at::Tensor& t) {
-    return layer_norm(t, n->weight, n->bias, n->options.eps(), kernels);
-  };
-  // x + attn(norm1(x)): the residual add happens inside the attention's output projection.
-  at::Tensor h = attn->forward(norm(norm1, x), start, policy, cache, layer, kernels, /*residual=*/x, positions);  // (B, T, d)
-  // h + mlp(norm2(h)), the MLP's layers called one by one so the products can use the chosen kernels.
-  at::Tensor u = project(norm(norm2, h), up->weight, up->bias, kernels, {}, /*gelu=*/true);  // exact erf GELU, (B, T, 4d)
-  return project(u, down->weight, down->bias, kernels, /*residual=*/h);                    // (B, T, d)
+                              KVCache* cache, int64_t layer, const at::Tensor& positions) {
+  const at::Tensor h = x + attn->forward(norm1->forward(x), start, policy, cache, layer, positions);  // (B, T, d)
+  return h + mlp->forward(norm2->forward(h));                                                          // (B, T, d)
 }
 
 void GPTImpl::build() {
@@ -111,37 +108,6 @@ void GPTImpl::build() {
   blocks = register_module("blocks", nn::ModuleList());
   for (int64_t i = 0; i < cfg_.n_layers; ++i) blocks->push_back(Block(cfg_));
   norm = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({cfg_.d_model}).eps(1e-5)));
-  place_parameters_in_one_block();
-}
-
-void GPTImpl::place_parameters_in_one_block() {
-  // (tensor, whether its values must move with it: LayerNorm's ones and zeros and the embedding's
-  // draw do; a tinygpt::Linear's parameters are uninitialised until the caller fills them)
-  std::vector<std::pair<at::Tensor, bool>> order;
-  for (const auto& m : *blocks) {
-    auto* b = m->as<BlockImpl>();
-    order.insert(order.end(), {{b->norm1->weight, true}, {b->norm1->bias, true}, {b->attn->qkv->weight, false},
-                               {b->attn->out->weight, false}, {b->norm2->weight, true}, {b->norm2->bias, true},
-                               {b->up->weight, false}, {b->up->bias, false}, {b->down->weight, false}, {b->down->bias, false}});
-  }
-  order.insert(order.end(), {{norm->weight, true}, {norm->bias, true}, {emb->weight, true}});
-  if (static_cast<int64_t>(order.size()) != static_cast<int64_t>(parameters().size()))
-    throw std::logic_error("place_parameters_in_one_block: the model has parameters it does not place");
-  constexpr int64_t kAlignFloats = 16;  // 64 bytes
-  std::vector<int64_t> offsets;
-  int64_t total = 0;
-  for (const auto& [t, keep] : order) {
-    offsets.push_back(total);
-    total += (t.numel() + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
-  }
-  const at::Tensor arena = huge_page_floats(total);
-  at::NoGradGuard no_grad;
-  for (size_t i = 0; i < order.size(); ++i) {
-    auto [t, keep] = order[i];
-    at::Tensor slot = arena.narrow(0, offsets[i], t.numel()).view(t.sizes());
-    if (keep) slot.copy_(t);
-    t.set_data(slot);
-  }
 }
 
 GPTImpl::GPTImpl(const Config& cfg, WeightsToFill) : cfg_(cfg) { build(); }
@@ -174,15 +140,14 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   // LayerNorm defaults are already weight 1, bias 0.
 }
 
-at::Tensor GPTImpl::head(const at::Tensor& x, Kernels kernels) {
-  at::Tensor n = layer_norm(x, norm->weight, norm->bias, norm->options.eps(), kernels);
-  return project(n, emb->weight, {}, kernels);  // tied head: (..., d) -> (..., V)
+at::Tensor GPTImpl::head(const at::Tensor& x) {
+  return at::linear(norm->forward(x), emb->weight);  // tied head: (..., d) -> (..., V)
 }
 
 at::Tensor GPTImpl::run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
-                               KVCache* cache, Kernels kernels, const at::Tensor& positions) {
+                               KVCache* cache, const at::Tensor& positions) {
   int64_t layer = 0;
-  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++, kernels, positions);
+  for (const auto& m : *blocks) x = m->as<BlockImpl>()->forward(x, start, policy, cache, layer++, positions);
   return x;
 }
 
@@ -204,44 +169,41 @@ at::Tensor GPTImpl::forward(const at::Tensor& idx) {
 at::Tensor GPTImpl::forward_last(const at::Tensor& idx) {
   check_window(idx, cfg_);
   const int64_t T = idx.size(1);
-  const at::Tensor x = run_blocks(emb->forward(idx), /*start=*/0, production_policy(), nullptr, Kernels::Library);  // (B, T, d)
-  return head(x.narrow(1, T - 1, 1), Kernels::Library).select(1, 0);                                            // (B, V)
+  const at::Tensor x = run_blocks(emb->forward(idx), /*start=*/0, production_policy(), nullptr);  // (B, T, d)
+  return head(x.narrow(1, T - 1, 1)).select(1, 0);                                            // (B, V)
 }
 
 at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "forward");
   at::Tensor x = emb->forward(idx);                          // (B, T, d)
-  return head(run_blocks(x, /*start=*/0, policy, nullptr, Kernels::Library), Kernels::Library);  // (B, T, V)
+  return head(run_blocks(x, /*start=*/0, policy, nullptr));  // (B, T, V)
 }
 
-at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start,
-                         const AttentionPolicy& policy, Kernels kernels) {
+at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "step");
-  return step_unchecked(idx, cache, start, policy, kernels);
+  return step_unchecked(idx, cache, start, policy);
 }
 
 at::Tensor GPTImpl::step_every(const at::Tensor& idx, KVCache& cache, int64_t start) {
   check_token_ids(idx, cfg_.vocab_size, "step");
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
-  const at::Tensor x = run_blocks(emb->forward(idx), start, production_policy(), &cache, Kernels::Library);  // (B, T, d)
-  return head(x, Kernels::Library);                                                                       // (B, T, V)
+  const at::Tensor x = run_blocks(emb->forward(idx), start, production_policy(), &cache);  // (B, T, d)
+  return head(x);                                                                       // (B, T, V)
 }
 
-at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
-                                   Kernels kernels) {
+at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
-  at::Tensor x = emb->forward(idx);                      // (B, T, d)
-  x = run_blocks(x, start, policy, &cache, kernels);    // (B, T, d)
-  return head(x.select(1, x.size(1) - 1), kernels);     // (B, V)
+  at::Tensor x = emb->forward(idx);             // (B, T, d)
+  x = run_blocks(x, start, policy, &cache);     // (B, T, d)
+  return head(x.select(1, x.size(1) - 1));      // (B, V)
 }
 
-at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy,
-                            Kernels kernels) {
+at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
   if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
     throw std::invalid_argument("step_at: positions must be (B, T) like idx");
   at::Tensor x = emb->forward(idx);                                          // (B, T, d)
-  x = run_blocks(x, /*start=*/0, policy, &cache, kernels, positions.to(idx.device()));  // (B, T, d)
-  return head(x.select(1, x.size(1) - 1), kernels);                        // (B, V)
+  x = run_blocks(x, /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
+  return head(x.select(1, x.size(1) - 1));                                  // (B, V)
 }
 
 std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {

@@ -9,6 +9,7 @@
 
 #include "tinygpt/config.h"
 #include "tinygpt/gpt.h"
+#include "tinygpt/kernel_step.h"
 
 #ifdef TINYGPT_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -118,7 +119,7 @@ at::Tensor GraphStep::eager(GPTImpl& model, const at::Tensor& idx, int64_t posit
 at::Tensor GraphStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, Kernels kernels) {
   if (&cache != &ring_) throw std::logic_error("GraphStep: called with a cache other than the ring it was made for");
   if (idx.size(1) == 1 && idx.is_cuda() && ring_.fed() > 0) return replay(model, idx, start);
-  return model.step_unchecked(idx, cache, start, production_policy(), kernels);
+  return step_with(model, idx, cache, start, production_policy(), kernels);
 }
 
 #ifndef TINYGPT_WITH_CUDA

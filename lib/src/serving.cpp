@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tinygpt/gpt.h"
+#include "tinygpt/kernel_step.h"
 #include "tinygpt/rope.h"
 
 namespace tinygpt {
@@ -142,7 +143,7 @@ at::Tensor RowBatch::run(const std::vector<int64_t>& rows, const at::Tensor& ids
   for (int64_t r : rows) caches.push_back(live(r).cache.get());
   RowsView view(caches, pads, model_.config().n_layers, /*unpadded=*/ids.size(1) == 1);
   at::NoGradGuard no_grad;
-  return model_.step_at(ids, view, positions, *path_.policy, path_.kernels);  // (R, V)
+  return step_at_with(model_, ids, view, positions, *path_.policy, path_.kernels);  // (R, V)
 }
 
 std::vector<int64_t> RowBatch::add(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {

@@ -10,6 +10,7 @@
 
 #include "tinygpt/fused_step.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/kernel_step.h"
 #include "tinygpt/static_kv_cache.h"
 
 namespace tinygpt {
@@ -75,10 +76,11 @@ TEST_P(FusedStep, LeavesWhatItDoesNotTakeToTheModelsStep) {
   StaticKVCache a(cfg), b(cfg);
   FusedCpuStep fused(b);
   const at::Tensor prompt = at::tensor({1, 2, 3, 4}, at::kLong).view({1, 4});
-  // A prefill and a Library-kernels step are the model's own: the same tensors as calling it directly.
-  EXPECT_TRUE(fused(*model, prompt, b, 0, Kernels::Decode).equal(model->step(prompt, a, 0, production_policy(), Kernels::Decode)));
+  // A prefill is the decode path's step (kernel_step.h), a Library-kernels step the model's own: the same
+  // tensors as calling them directly.
+  EXPECT_TRUE(fused(*model, prompt, b, 0, Kernels::Decode).equal(step_with(*model, prompt, a, 0, production_policy(), Kernels::Decode)));
   const at::Tensor next = at::tensor({5}, at::kLong).view({1, 1});
-  EXPECT_TRUE(fused(*model, next, b, 4, Kernels::Library).equal(model->step(next, a, 4, production_policy(), Kernels::Library)));
+  EXPECT_TRUE(fused(*model, next, b, 4, Kernels::Library).equal(model->step(next, a, 4, production_policy())));
   // Bound to one cache: another one is refused, not silently written past.
   StaticKVCache other(cfg);
   EXPECT_THROW(fused(*model, next, other, 5, Kernels::Decode), std::logic_error);

@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <vector>
 
 #include "tinygpt/gpt.h"
+#include "tinygpt/kernel_step.h"
 
 namespace tinygpt {
 namespace {
@@ -105,10 +107,17 @@ TEST(Model, ForwardLastIsForwardsLastRow) {
   EXPECT_THROW(model->forward_last(at::tensor({1, 4096}, at::kLong).unsqueeze(0)), std::invalid_argument);
 }
 
-// Every parameter sits in one block, in the order a decode step reads them (gpt.h), so the step
-// streams one run of memory; the tied head (the embedding) comes last.
-TEST(Model, ParametersLiveInOneBlockInTheOrderAStepReadsThem) {
+// pack_parameters (kernel_step.h) puts every parameter in one block, in the order a decode step
+// reads them, so the step streams one run of memory; the tied head (the embedding) comes last. The
+// values move with them: the model computes bitwise what it computed before. The plain model is
+// left where LibTorch put it; a loaded checkpoint is packed (model_from_checkpoint).
+TEST(Model, PackedParametersLiveInOneBlockInTheOrderAStepReadsThem) {
   GPT model(Config{}, 0);
+  model->eval();
+  at::NoGradGuard no_grad;
+  const at::Tensor idx = at::arange(40, at::kLong).view({2, 20}) * 97 % 4096;  // (2, 20)
+  const at::Tensor before = model->forward(idx);                              // (2, 20, V)
+  pack_parameters(*model);
   std::vector<const float*> order;
   for (const auto& m : *model->blocks) {
     auto* b = m->as<BlockImpl>();
@@ -123,6 +132,11 @@ TEST(Model, ParametersLiveInOneBlockInTheOrderAStepReadsThem) {
   const float* end = order.back() + model->emb->weight.numel();
   EXPECT_LT(end - first, model->parameter_count() + 16 * 64) << "one block, 64-byte aligned slots";
   for (const auto& p : model->parameters()) EXPECT_EQ(reinterpret_cast<uintptr_t>(p.data_ptr()) % 64, 0u);
+  EXPECT_TRUE(model->forward(idx).equal(before));
+  const auto sd = model->state_dict();
+  const auto head = std::find_if(sd.begin(), sd.end(), [](const auto& e) { return e.first == "head.weight"; });
+  ASSERT_NE(head, sd.end());
+  EXPECT_EQ(head->second.data_ptr(), model->emb->weight.data_ptr()) << "the head stays tied";
 }
 
 TEST(Model, RejectsBadTokenIds) {

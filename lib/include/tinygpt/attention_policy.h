@@ -45,4 +45,8 @@ class BandedPolicy final : public AttentionPolicy {
 // queries aligned to the last tq keys; `window` <= 0 means unbounded on the left.
 at::Tensor causal_mask(int64_t tq, int64_t tk, int64_t window, const c10::TensorOptions& opts);
 
+// softmax(q K^T / sqrt(hd) + mask) V in LibTorch ops, the attention the mask feeds: q (B, H, T, hd), K and V (B, H, S, hd), mask
+// (T, S) additive, broadcastable to (B, H, T, S), or undefined. Returns (B, H, T, hd).
+at::Tensor attention_reference(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask);
+
 }  // namespace tinygpt

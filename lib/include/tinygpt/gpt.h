@@ -1,6 +1,10 @@
 // The series' Part 3 GPT (SPEC 1): embedding, pre-norm blocks, tied head.
 // Parameter names equal the Python state dict, so checkpoints map one to one.
 // Leaves out training-time dropout: this library is for inference and verification.
+// This is the plain reference (the llm.c way): LibTorch ops one after another, no kernel choice,
+// parameters where LibTorch puts them. The production decode path (our kernels, the fused step,
+// the parameters packed in one block) lives in kernel_step.h and fused_step.h, computes the same
+// function another way, and is tested against this one.
 #pragma once
 
 #include <torch/nn/cloneable.h>
@@ -20,7 +24,6 @@
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/config.h"
 #include "tinygpt/kv_cache.h"
-#include "tinygpt/kernels.h"
 
 namespace tinygpt {
 
@@ -53,11 +56,19 @@ class AttentionImpl : public torch::nn::Module {
 
   // x: (B, T, d) for tokens at positions start .. start+T-1, or at `positions` (B, T) when given
   // (rows at positions of their own). cache == nullptr: attend only among these T tokens. Otherwise
-  // the cache supplies the keys/values (and which of them each row may see). `kernels` picks the code
-  // of the projections and the decode attention. Returns (B, T, d), plus `residual` (B, T, d) when given.
+  // the cache supplies the keys/values (and which of them each row may see). Returns (B, T, d).
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                     KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library,
-                     const at::Tensor& residual = {}, const at::Tensor& positions = {});
+                     KVCache* cache, int64_t layer, const at::Tensor& positions = {});
+
+  // What forward does between the two projections: q, k, v (B, H, T, hd) as projected, positioned
+  // (RoPE at start, or at `positions`), the new keys through the cache, each query against what the
+  // policy's mask and the cache let it see, through `attend` (attention_reference here; the
+  // production path passes its kernel). Returns (B, H, T, hd).
+  using AttendFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask);
+  at::Tensor attend_heads(at::Tensor q, at::Tensor k, at::Tensor v, int64_t start, const AttentionPolicy& policy,
+                          KVCache* cache, int64_t layer, const at::Tensor& positions,
+                          AttendFn attend = &attention_reference) const;
+  int64_t n_heads() const { return n_heads_; }
 
   Linear qkv{nullptr};  // weight (3d, d), no bias
   Linear out{nullptr};  // weight (d, d), no bias
@@ -70,10 +81,10 @@ TORCH_MODULE(Attention);
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const Config& cfg);
-  // x: (B, T, d) -> (B, T, d); `positions` (B, T) as in AttentionImpl::forward.
+  // x: (B, T, d) -> (B, T, d): x + attn(norm1(x)), then h + mlp(norm2(h)); `positions` (B, T) as
+  // in AttentionImpl::forward.
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
-                     KVCache* cache, int64_t layer, Kernels kernels = Kernels::Library,
-                     const at::Tensor& positions = {});
+                     KVCache* cache, int64_t layer, const at::Tensor& positions = {});
 
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   Attention attn{nullptr};
@@ -110,23 +121,21 @@ class GPTImpl : public torch::nn::Module {
 
   // Cached step: feeds idx (B, T) at positions start .. start+T-1 through the cache and returns the
   // last position's logits (B, V): the reference step (decode_step.h for other implementations).
-  // `kernels` picks the weight-product and decode-attention code; the full forwards above always
-  // use LibTorch's, so they stay the reference.
   at::Tensor step(const at::Tensor& idx, KVCache& cache, int64_t start,
-                  const AttentionPolicy& policy = production_policy(),
-                  Kernels kernels = Kernels::Library);
+                  const AttentionPolicy& policy = production_policy());
   // step() with every fed position's logits, (B, T, V): a chunk fed through the cache at once, the
   // logits of each of its positions (a reference that decodes from entries of its own).
   at::Tensor step_every(const at::Tensor& idx, KVCache& cache, int64_t start);
   // step() without validating idx: the caller guarantees ids within [0, V). Checking reads the
   // ids back from the device, and a CUDA decode step must not wait for that; the generation loop
   // validates the prompt once and the chooser's ids on its own.
-  at::Tensor step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
-                            Kernels kernels);
+  at::Tensor step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy);
   // A cached step of rows at positions of their own: idx (B, T), positions (B, T) int64 (a ragged
   // batch, serving.h). Returns the last column's logits (B, V).
-  at::Tensor step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy,
-                     Kernels kernels);
+  at::Tensor step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy);
+
+  // The final norm and the tied head: x (..., d) -> logits (..., V).
+  at::Tensor head(const at::Tensor& x);
 
   // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
@@ -138,17 +147,9 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm{nullptr};
 
  private:
-  // x (B, T, d) -> logits (B, T, V) through the final norm and the tied head.
-  at::Tensor head(const at::Tensor& x, Kernels kernels);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
-                        KVCache* cache, Kernels kernels, const at::Tensor& positions = {});
+                        KVCache* cache, const at::Tensor& positions = {});
   void build();
-  // Every parameter moved into one CPU block of huge pages (huge_pages.h) in the order a decode step
-  // reads them - each layer's norm1, qkv, out, norm2, up, down, then the final norm and the embedding
-  // the tied head reads last - so a batch-1 step streams one run of memory and the products'
-  // prefetch runs on across a matrix's end. The parameters stay ordinary tensors (views of the
-  // block); moving the model to a GPU moves them out. Called by build(), before any are filled.
-  void place_parameters_in_one_block();
   Config cfg_;
 };
 TORCH_MODULE(GPT);
