@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -124,36 +125,51 @@ at::Tensor golden_guess(const std::string& dir, const at::Tensor& prompt, int64_
 
 }  // namespace
 
-VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
-  const c10::Device dev = o.device;
-  auto say = [&](const std::string& s) {
-    if (o.progress) o.progress(s);
-  };
-  VerifyReport rep;
+namespace {
+
+using Say = std::function<void(const std::string&)>;
+
+// What verify will run, decided before anything runs.
+struct VerifyPlan {
+  std::vector<std::string> rows;                // the selected rows, in the table's order
+  std::vector<CacheVariant> faults;             // each fault cut to the selected rows (and, by default, to its own)
+  std::vector<std::string> left_out;            // a line per fault none of whose catching rows is selected
+  std::vector<const CacheVariant*> production;  // every production cache: the negative controls
+  std::vector<const CacheVariant*> budgeted;    // the low-precision caches; none when no logit row is selected
+  std::vector<std::string> budget_rows;         // the logit rows they run, judged by their KL budgets
+  EquivalenceOptions main;                      // batch 1: the main prompt, the run's tokens
+  EquivalenceOptions batch3;                    // a batch of three different prompts through every check
+  InjectionOptions injection;                   // the matrix's lengths (its controls and reference set when it runs)
+  bool goldens = false;                         // golden files beside the model
+  bool reuse_uncached = false;                  // the series' golden uncached run is the reference's own (600 tokens)
+};
+
+// The rows (validating --checks), each fault narrowed to them, the caches, the runs' options.
+VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
+  VerifyPlan plan;
   auto faults = o.faults ? *o.faults : cache_registry().all(/*faults=*/true);
   if (!o.faults)  // the low-precision caches' faults too, each judged by its cache's budget
     for (const CacheVariant* f : cache_registry().budgeted(/*faults=*/true)) faults.push_back(f);
   // The production caches run every row but the engine-only ones (self: our prefill is what
   // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
   const std::vector<std::string> every_row = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
-  std::vector<std::string> rows = every_row;
+  plan.rows = every_row;
   if (!o.checks.empty()) {
     for (const auto& n : o.checks)
       if (std::find(every_row.begin(), every_row.end(), n) == every_row.end())
         throw std::invalid_argument("--checks: '" + n + "' is not a row verify runs (" + join_names(every_row) + ")");
-    rows.clear();  // in the table's order, whatever the order asked
+    plan.rows.clear();  // in the table's order, whatever the order asked
     for (const auto& n : every_row)
-      if (std::find(o.checks.begin(), o.checks.end(), n) != o.checks.end()) rows.push_back(n);
+      if (std::find(o.checks.begin(), o.checks.end(), n) != o.checks.end()) plan.rows.push_back(n);
   }
-  auto selected = [&](const std::string& n) { return std::find(rows.begin(), rows.end(), n) != rows.end(); };
+  auto selected = [&](const std::string& n) { return std::find(plan.rows.begin(), plan.rows.end(), n) != plan.rows.end(); };
   // Each fault's run cut to the selected rows and, without --full-matrix, to the rows that must
   // catch it and the shared greedy run (`tokens`); a fault none of whose catching rows is selected
   // is left out.
-  std::vector<CacheVariant> narrowed;
-  narrowed.reserve(faults.size());
   for (const CacheVariant* f : faults) {
     if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {
-      say("fault " + f->name + " left out: none of the rows that must catch it (" + join_names(f->expected) + ") is selected");
+      plan.left_out.push_back("fault " + f->name + " left out: none of the rows that must catch it (" + join_names(f->expected) +
+                              ") is selected");
       continue;
     }
     auto gates = [&](const std::string& n) {
@@ -166,38 +182,58 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
       if (selected(n) && gates(n)) v.checks.push_back(n);
     v.expected.erase(std::remove_if(v.expected.begin(), v.expected.end(), [&](const std::string& n) { return !selected(n); }),
                      v.expected.end());
-    narrowed.push_back(std::move(v));
+    plan.faults.push_back(std::move(v));
   }
-  faults.clear();
-  for (const auto& v : narrowed) faults.push_back(&v);
-  rep.goldens_found = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
-  const auto production = cache_registry().all(/*faults=*/false);
-  const int64_t vocab = fx.model->config().vocab_size;
+  plan.goldens = !fx.dir.empty() && std::ifstream(fx.dir + "/sample_grid.json").good();
+  plan.production = cache_registry().all(/*faults=*/false);
+  for (const auto& n : model_checks_with(static_cast<Tags>(Tag::Budget)))  // the logit rows, against our fp32 model
+    if (selected(n)) plan.budget_rows.push_back(n);
+  if (!plan.budget_rows.empty()) plan.budgeted = cache_registry().budgeted(/*faults=*/false);
 
-  // Batch 1: every production cache (the negative controls) at the seed's 600 tokens, and every
-  // fault through every check at context + 16 tokens (past the window, under half the cost).
-  EquivalenceOptions opts;
-  opts.prompt = main_prompt(dev);
-  opts.tokens = o.tokens;
-  opts.require_batch_invariance = o.require_batch_invariance;
-  opts.require_thread_invariance = o.require_thread_invariance;
-  validate(opts);
+  const c10::Device dev = o.device;
+  plan.main.prompt = main_prompt(dev);
+  plan.main.tokens = o.tokens;
+  plan.main.require_batch_invariance = o.require_batch_invariance;
+  plan.main.require_thread_invariance = o.require_thread_invariance;
+  validate(plan.main);
+  const int64_t vocab = fx.model->config().vocab_size;
+  plan.batch3.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
+  plan.batch3.tokens = std::min<int64_t>(o.tokens, 96);
+  plan.reuse_uncached = o.tokens == 600;
+  // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
+  // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are
+  // for show at once; rollback keeps crossing the window's edge, where its past-window fault shows).
+  plan.injection.fault_tokens = std::min(o.tokens, fx.model->config().context + 16);
+  plan.injection.fault_side_tokens = 48;
+  plan.injection.control_checks = plan.rows;
+  return plan;
+}
+
+// What the runs produced, before it becomes the report's rows.
+struct VerifyRuns {
+  std::vector<std::vector<CheckResult>> batch3;   // per production cache: its batch-of-three row
+  std::vector<std::vector<CheckResult>> goldens;  // per production cache: its golden rows
+  InjectionReport matrix;
+  std::vector<EquivalenceResult> budgeted;  // per low-precision cache
+  std::vector<KvCost> kv;                   // per low-precision cache
+  std::vector<CheckResult> sampler;
+};
+
+// The runs, side by side on the CPU (parallel_runs.h), in two phases around the reference.
+VerifyRuns schedule_verify(Fixture& fx, const VerifyPlan& plan, const VerifyOptions& o, const Say& say) {
+  const c10::Device dev = o.device;
+  const auto& production = plan.production;
+  VerifyRuns runs;
+  runs.batch3.resize(production.size());
+  runs.goldens.resize(production.size());
   const int workers = default_workers(dev);
   // Phase 1: the reference's uncached steps (from the golden run's ids, side by side) and, beside
   // them, what needs no reference of the main run: the batch of three (its own reference) and the
   // goldens of the caches whose golden rows are cached runs only.
-  std::optional<Reference> kept = load_cached_reference(fx.model, opts.prompt, opts.tokens);  // TINYGPT_REFERENCE_CACHE
+  std::optional<Reference> kept = load_cached_reference(fx.model, plan.main.prompt, plan.main.tokens);  // TINYGPT_REFERENCE_CACHE
   const bool spans = !kept && workers > 1;
-  GuessedReference guessed(fx.model, opts.prompt, opts.tokens, spans ? golden_guess(fx.dir, opts.prompt, opts.tokens) : at::Tensor(),
-                           spans ? 3 : 0);
-  EquivalenceOptions bopts;  // a batch of three different prompts through every check
-  bopts.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
-  bopts.tokens = std::min<int64_t>(o.tokens, 96);
-  if (rep.goldens_found) say("goldens in " + fx.dir);
-  else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
-  const bool reuse = o.tokens == 600;  // the series' golden uncached run is the reference's own
-  // Per production cache: its batch row (parts[2k]) and its golden rows (parts[2k + 1]), kept in this order.
-  std::vector<std::vector<CheckResult>> parts(2 * production.size());
+  GuessedReference guessed(fx.model, plan.main.prompt, plan.main.tokens,
+                           spans ? golden_guess(fx.dir, plan.main.prompt, plan.main.tokens) : at::Tensor(), spans ? 3 : 0);
   auto goldens = [&](size_t k, const Reference* uncached) {
     const CacheVariant* v = production[k];
     Timer pt;  // the golden rows share their run's time (the batch row carries its checks' own)
@@ -206,12 +242,12 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     for (auto& g : gs) {
       g.name = "golden:" + g.name;
       g.seconds = each;
-      parts[2 * k + 1].push_back(std::move(g));
+      runs.goldens[k].push_back(std::move(g));
     }
     say("goldens through " + v->name + " checked");
   };
   std::vector<size_t> early_goldens;  // the caches whose goldens need no uncached run
-  if (rep.goldens_found)
+  if (plan.goldens)
     for (size_t k = 0; k < production.size(); ++k)
       if (production[k]->name != kSeriesCache) early_goldens.push_back(k);
   say("reference: uncached greedy run, full-forward and banded logits" +
@@ -221,10 +257,10 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
     if (job < guessed.spans()) return guessed.run_span(job);
     if (job == guessed.spans()) {
       say("a batch of 3 prompts: reference");
-      const Reference bref = build_reference(fx.model, bopts);
+      const Reference bref = build_reference(fx.model, plan.batch3);
       for (size_t k = 0; k < production.size(); ++k) {
-        parts[2 * k].push_back(summary_row(check_equivalence(fx.model, bopts, bref, *production[k]),
-                                           "cache-equivalence [" + production[k]->name + ", batch 3]"));
+        runs.batch3[k].push_back(summary_row(check_equivalence(fx.model, plan.batch3, bref, *production[k]),
+                                             "cache-equivalence [" + production[k]->name + ", batch 3]"));
         say("a batch of 3 prompts: " + production[k]->name + " checked");
       }
       return;
@@ -233,7 +269,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   });
   if (!kept) {
     kept = guessed.finish();
-    store_cached_reference(fx.model, opts.prompt, opts.tokens, *kept);
+    store_cached_reference(fx.model, plan.main.prompt, plan.main.tokens, *kept);
   }
   const Reference ref = std::move(*kept);
 
@@ -241,27 +277,17 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   // every fault through the rows that must catch it at context + 16 tokens; beside them in the same
   // pool, each low-precision cache's logit rows at the main run's length (judged by its KL budget)
   // and the goldens that reuse the reference's uncached run.
-  InjectionOptions io;
+  InjectionOptions io = plan.injection;
   io.controls = production;
   io.reference = &ref;
-  io.control_checks = rows;
-  // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
-  // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are
-  // for show at once; rollback keeps crossing the window's edge, where its past-window fault shows).
-  io.fault_tokens = std::min(o.tokens, fx.model->config().context + 16);
-  io.fault_side_tokens = 48;
-  const auto budgeted = cache_registry().budgeted(/*faults=*/false);
-  std::vector<std::string> budget_names;
-  for (const auto& n : model_checks_with(static_cast<Tags>(Tag::Budget)))  // the logit rows, against our fp32 model
-    if (std::find(rows.begin(), rows.end(), n) != rows.end()) budget_names.push_back(n);
-  const size_t B = budget_names.empty() ? 0 : budgeted.size();
-  rep.budgeted.resize(B);
-  rep.kv.resize(B);
-  for (size_t job = 0; job < B; ++job)
+  const auto& budgeted = plan.budgeted;
+  runs.budgeted.resize(budgeted.size());
+  runs.kv.resize(budgeted.size());
+  for (size_t job = 0; job < budgeted.size(); ++job)
     io.beside.push_back([&, job] {
       const CacheVariant* v = budgeted[job];
       ModelTarget target(fx.model, *v);
-      rep.budgeted[job] = run_checks(fx.model, judged_as(opts, *v), target, budget_names, &ref);
+      runs.budgeted[job] = run_checks(fx.model, judged_as(plan.main, *v), target, plan.budget_rows, &ref);
       // The second reference: the same arithmetic with an fp32 cache (the series' cache at its kernels).
       CacheVariant twin = *v;
       twin.name = v->name + " with an fp32 cache";
@@ -269,31 +295,56 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
       twin.make_step = nullptr;
       twin.kv_budget.reset();
       ModelTarget fp32(fx.model, twin);
-      rep.kv[job] = kv_cost_of(v->name, "f32", forced_logits(target, opts.prompt, opts.tokens, ref),
-                               forced_logits(fp32, opts.prompt, opts.tokens, ref), ref, opts.prompt.size(1), *v->kv_budget, 0,
-                               kLogitTolerance);
+      runs.kv[job] = kv_cost_of(v->name, "f32", forced_logits(target, plan.main.prompt, plan.main.tokens, ref),
+                                forced_logits(fp32, plan.main.prompt, plan.main.tokens, ref), ref, plan.main.prompt.size(1),
+                                *v->kv_budget, 0, kLogitTolerance);
       say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
     });
-  if (rep.goldens_found)
+  if (plan.goldens)
     for (size_t k = 0; k < production.size(); ++k)
-      if (production[k]->name == kSeriesCache) io.beside.push_back([&, k] { goldens(k, reuse ? &ref : nullptr); });
-  rep.matrix = run_injection(fx.model, opts, faults, io, say);
-  for (const auto& c : rep.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
-  if (!faults.empty()) rep.rows.push_back(matrix_row(rep.matrix));
-
-  for (size_t k : {0, 1})  // every batch row first, then every golden row
-    for (size_t i = k; i < parts.size(); i += 2) rep.rows.insert(rep.rows.end(), parts[i].begin(), parts[i].end());
-  for (size_t b = 0; b < B; ++b) rep.rows.push_back(budget_row(rep.budgeted[b], *budgeted[b], rep.kv[b]));
+      if (production[k]->name == kSeriesCache) io.beside.push_back([&, k] { goldens(k, plan.reuse_uncached ? &ref : nullptr); });
+  std::vector<const CacheVariant*> faults;
+  for (const auto& v : plan.faults) faults.push_back(&v);
+  runs.matrix = run_injection(fx.model, plan.main, faults, io, say);
 
   say("sampler self-check");
   Timer t;
-  auto sc = props::seed_selfcheck(props::production_sampler().pick, dev);
-  for (auto& s : sc) {
+  runs.sampler = props::seed_selfcheck(props::production_sampler().pick, dev);
+  for (auto& s : runs.sampler) {
     s.name = "sampler:" + s.name;
-    s.seconds = t.seconds() / static_cast<double>(sc.size());
-    rep.rows.push_back(std::move(s));
+    s.seconds = t.seconds() / static_cast<double>(runs.sampler.size());
   }
+  return runs;
+}
+
+// The report: the controls' rows, the matrix's, every batch-of-three row, every golden row, each
+// low-precision cache's row, the sampler's.
+VerifyReport assemble_verify(const VerifyPlan& plan, VerifyRuns runs) {
+  VerifyReport rep;
+  rep.goldens_found = plan.goldens;
+  for (const auto& c : runs.matrix.controls) rep.rows.push_back(summary_row(c, "cache-equivalence [" + c.cache + "]"));
+  if (!plan.faults.empty()) rep.rows.push_back(matrix_row(runs.matrix));
+  for (const auto* group : {&runs.batch3, &runs.goldens})
+    for (const auto& rows : *group) rep.rows.insert(rep.rows.end(), rows.begin(), rows.end());
+  for (size_t b = 0; b < plan.budgeted.size(); ++b) rep.rows.push_back(budget_row(runs.budgeted[b], *plan.budgeted[b], runs.kv[b]));
+  rep.rows.insert(rep.rows.end(), runs.sampler.begin(), runs.sampler.end());
+  rep.matrix = std::move(runs.matrix);
+  rep.budgeted = std::move(runs.budgeted);
+  rep.kv = std::move(runs.kv);
   return rep;
+}
+
+}  // namespace
+
+VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
+  const Say say = [&](const std::string& s) {
+    if (o.progress) o.progress(s);
+  };
+  const VerifyPlan plan = plan_verify(fx, o);
+  for (const auto& line : plan.left_out) say(line);
+  if (plan.goldens) say("goldens in " + fx.dir);
+  else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
+  return assemble_verify(plan, schedule_verify(fx, plan, o, say));
 }
 
 }  // namespace tinygpt::checks
