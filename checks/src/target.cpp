@@ -32,21 +32,15 @@ Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenC
   return {seq, keep.stacked()};
 }
 
-namespace {
-[[noreturn]] void refuse(const DecodeTarget& t, Op op) { throw std::logic_error(t.unsupported(op)); }
-}  // namespace
+std::string DecodeTarget::unsupported(Op op) const { return std::string("the target does not support ") + op_name(op); }
 
-std::vector<int64_t> DecodeTarget::add_rows(const std::vector<std::vector<int64_t>>&, at::Tensor&) { refuse(*this, Op::Ragged); }
-at::Tensor DecodeTarget::step_rows(const std::vector<int64_t>&, const std::vector<int64_t>&) { refuse(*this, Op::Ragged); }
-at::Tensor DecodeTarget::extend_row(int64_t, const std::vector<int64_t>&) { refuse(*this, Op::Extend); }
-std::string DecodeTarget::save_row(int64_t) { refuse(*this, Op::Save); }
-int64_t DecodeTarget::restore_row(const std::string&) { refuse(*this, Op::Save); }
-void DecodeTarget::shift_row(int64_t, int64_t, int64_t) { refuse(*this, Op::Shift); }
-int64_t DecodeTarget::fork_row(int64_t) { refuse(*this, Op::Fork); }
-void DecodeTarget::truncate_row(int64_t, int64_t) { refuse(*this, Op::Truncate); }
-void DecodeTarget::release_row(int64_t) { refuse(*this, Op::Join); }
-int DecodeTarget::set_threads(int) { refuse(*this, Op::Threads); }
-std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { refuse(*this, Op::Generate); }
+RowServing& DecodeTarget::serving() {
+  if (RowServing* r = row_serving()) return *r;
+  throw std::logic_error(unsupported(Op::Ragged));
+}
+
+int DecodeTarget::set_threads(int) { throw std::logic_error(unsupported(Op::Threads)); }
+std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(unsupported(Op::Generate)); }
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
     : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),

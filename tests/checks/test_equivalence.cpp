@@ -530,7 +530,7 @@ TEST_F(Harness, TheProductionCachesPassWhatServingEnginesDo) {
 // generating (a chunk of a prompt loses its first token the same way).
 // A target that forwards every operation to our model through one cache variant; the planted
 // targets below change one of them. It does not forward reused(): it never says what it reused.
-class Forwarding : public DecodeTarget {
+class Forwarding : public DecodeTarget, public RowServing {
  public:
   Forwarding(GPT model, const CacheVariant& v) : inner_(std::move(model), v) {}
   int64_t context() const override { return inner_.context(); }
@@ -538,10 +538,16 @@ class Forwarding : public DecodeTarget {
   at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
   at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
   std::string unsupported(Op op) const override { return inner_.unsupported(op); }
+  RowServing* row_serving() override { return this; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override { return inner_.extend_row(row, ids); }
   void release_row(int64_t row) override { inner_.release_row(row); }
+  int64_t fork_row(int64_t row) override { return inner_.fork_row(row); }
+  void truncate_row(int64_t row, int64_t n) override { inner_.truncate_row(row, n); }
+  std::string save_row(int64_t row) override { return inner_.save_row(row); }
+  int64_t restore_row(const std::string& state) override { return inner_.restore_row(state); }
+  void shift_row(int64_t row, int64_t keep, int64_t discard) override { inner_.shift_row(row, keep, discard); }
 
  protected:
   ModelTarget inner_;

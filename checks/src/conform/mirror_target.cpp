@@ -65,42 +65,42 @@ std::string MirrorTarget::unsupported(Op op) const {
 }
 
 std::vector<int64_t> MirrorTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
-  const std::vector<int64_t> ids = main_->add_rows(prompts, logits);
+  const std::vector<int64_t> ids = main_->serving().add_rows(prompts, logits);
   at::Tensor base;
-  const std::vector<int64_t> bids = base_->add_rows(prompts, base);
+  const std::vector<int64_t> bids = base_->serving().add_rows(prompts, base);
   for (size_t i = 0; i < ids.size() && i < bids.size(); ++i) rows_[ids[i]] = bids[i];
   compare(logits, base);
   return ids;
 }
 
 at::Tensor MirrorTarget::step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) {
-  const at::Tensor l = main_->step_rows(rows, ids);
+  const at::Tensor l = main_->serving().step_rows(rows, ids);
   std::vector<int64_t> b;
   for (int64_t r : rows) b.push_back(base_row(r));
-  compare(l, base_->step_rows(b, ids));
+  compare(l, base_->serving().step_rows(b, ids));
   return l;
 }
 
 at::Tensor MirrorTarget::extend_row(int64_t row, const std::vector<int64_t>& ids) {
-  const at::Tensor l = main_->extend_row(row, ids);
-  compare(l, base_->extend_row(base_row(row), ids));
+  const at::Tensor l = main_->serving().extend_row(row, ids);
+  compare(l, base_->serving().extend_row(base_row(row), ids));
   return l;
 }
 
 int64_t MirrorTarget::fork_row(int64_t row) {
-  const int64_t child = main_->fork_row(row);
-  rows_[child] = base_->fork_row(base_row(row));
+  const int64_t child = main_->serving().fork_row(row);
+  rows_[child] = base_->serving().fork_row(base_row(row));
   return child;
 }
 
 void MirrorTarget::truncate_row(int64_t row, int64_t n) {
-  main_->truncate_row(row, n);
-  base_->truncate_row(base_row(row), n);
+  main_->serving().truncate_row(row, n);
+  base_->serving().truncate_row(base_row(row), n);
 }
 
 void MirrorTarget::release_row(int64_t row) {
-  main_->release_row(row);
-  base_->release_row(base_row(row));
+  main_->serving().release_row(row);
+  base_->serving().release_row(base_row(row));
   rows_.erase(row);
 }
 
@@ -115,22 +115,22 @@ int64_t MirrorTarget::max_rows() const {
 }
 
 std::string MirrorTarget::save_row(int64_t row) {
-  std::string s = main_->save_row(row);
-  shared_->states[s] = base_->save_row(base_row(row));
+  std::string s = main_->serving().save_row(row);
+  shared_->states[s] = base_->serving().save_row(base_row(row));
   return s;
 }
 
 int64_t MirrorTarget::restore_row(const std::string& state) {
   const auto it = shared_->states.find(state);
   if (it == shared_->states.end()) throw std::logic_error("mirror: a state the mirror did not save");
-  const int64_t row = main_->restore_row(state);
-  rows_[row] = base_->restore_row(it->second);
+  const int64_t row = main_->serving().restore_row(state);
+  rows_[row] = base_->serving().restore_row(it->second);
   return row;
 }
 
 void MirrorTarget::shift_row(int64_t row, int64_t keep, int64_t discard) {
-  main_->shift_row(row, keep, discard);
-  base_->shift_row(base_row(row), keep, discard);
+  main_->serving().shift_row(row, keep, discard);
+  base_->serving().shift_row(base_row(row), keep, discard);
 }
 
 std::unique_ptr<DecodeTarget> MirrorTarget::second_instance() const {

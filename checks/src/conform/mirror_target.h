@@ -16,7 +16,7 @@
 
 namespace tinygpt::checks {
 
-class MirrorTarget final : public DecodeTarget {
+class MirrorTarget final : public DecodeTarget, public RowServing {
  public:
   // Both must outlive the mirror.
   MirrorTarget(DecodeTarget& main, DecodeTarget& baseline);
@@ -35,6 +35,8 @@ class MirrorTarget final : public DecodeTarget {
   std::vector<std::string> deviations() const override { return main_->deviations(); }
   std::string loop_name() const override { return main_->loop_name(); }
   std::string unsupported(Op op) const override;
+  // Rows where the main target has them (the baseline must too: unsupported() asks both).
+  RowServing* row_serving() override { return main_->row_serving() ? this : nullptr; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
@@ -42,7 +44,7 @@ class MirrorTarget final : public DecodeTarget {
   void truncate_row(int64_t row, int64_t n) override;
   void release_row(int64_t row) override;
   int set_threads(int n) override;
-  std::vector<int64_t> reused() const override { return main_->reused(); }
+  std::vector<int64_t> reused() const override { return main_->serving().reused(); }
   int64_t max_rows() const override;
   std::string save_row(int64_t row) override;
   int64_t restore_row(const std::string& state) override;

@@ -53,7 +53,7 @@ std::vector<ServedResult> answer_served(const nlohmann::json& answer, const std:
 // Throws EngineUnusable when hello's fields have the wrong types or name a protocol outside 1 to kProtocol.
 void check_hello(const nlohmann::json& hello);
 
-class RemoteTarget final : public DecodeTarget {
+class RemoteTarget final : public DecodeTarget, public RowServing {
  public:
   // `hello` the engine's answer to hello (name, deviations).
   RemoteTarget(EngineProcess& p, const nlohmann::json& hello, int64_t vocab, int64_t context);
@@ -71,6 +71,7 @@ class RemoteTarget final : public DecodeTarget {
   // Protocols 2 and 3: rows by id. An operation is supported when hello's protocol has it and its
   // "operations" list names it (extend is protocol 3's).
   std::string unsupported(Op op) const override;
+  RowServing* row_serving() override { return protocol_ >= 2 ? this : nullptr; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;

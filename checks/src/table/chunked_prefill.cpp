@@ -59,22 +59,22 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> prompt = serving_prompt(n.prompt, 0, V);
   c.target.reset();
   at::Tensor logits;
-  const int64_t whole = c.target.add_rows({prompt}, logits)[0];
+  const int64_t whole = c.target.serving().add_rows({prompt}, logits)[0];
   const at::Tensor one_pass = logits.to(at::kCPU)[0];  // (V)
-  c.target.release_row(whole);
+  c.target.serving().release_row(whole);
   double worst_vs_one_pass = 0;
   for (const auto& sizes : chunkings(n.prompt)) {
     const std::string what = "chunks " + label(sizes);
     c.target.reset();
     Seen s;
     s.seq.assign(prompt.begin(), prompt.begin() + sizes[0]);
-    const int64_t row = c.target.add_rows({s.seq}, logits)[0];
+    const int64_t row = c.target.serving().add_rows({s.seq}, logits)[0];
     s.add(sizes[0] - 1, logits.to(at::kCPU)[0]);
     for (size_t k = 1; k < sizes.size(); ++k) {
       const int64_t from = static_cast<int64_t>(s.seq.size());
       const std::vector<int64_t> chunk(prompt.begin() + from, prompt.begin() + from + sizes[k]);
       s.seq.insert(s.seq.end(), chunk.begin(), chunk.end());
-      s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.extend_row(row, chunk));
+      s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.serving().extend_row(row, chunk));
     }
     // Each chunk's last logits against the reference first: where a chunking parts, and how the
     // error goes on over the later chunks (what a diagnosis tells two chunking bugs apart by).
@@ -97,7 +97,7 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
   c.target.reset();
   Seen s;
   s.seq = serving_prompt(n.first_prompt, 1, V);
-  const int64_t row = c.target.add_rows({s.seq}, logits)[0];
+  const int64_t row = c.target.serving().add_rows({s.seq}, logits)[0];
   s.add(n.first_prompt - 1, logits.to(at::kCPU)[0]);
   decode_seen(c.target, row, n.generated, s);
   s.seq.push_back(top1(s.logits.back()));  // the last generated token, appended with the new ones
@@ -105,7 +105,7 @@ void chunked_prefill_check(CheckContext& c, CheckResult& r) {
   std::vector<int64_t> appended = {s.seq.back()};
   appended.insert(appended.end(), more.begin(), more.end());
   s.seq.insert(s.seq.end(), more.begin(), more.end());
-  s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.extend_row(row, appended));
+  s.add(static_cast<int64_t>(s.seq.size()) - 1, c.target.serving().extend_row(row, appended));
   decode_seen(c.target, row, n.generated, s);
   if (!judge_seen(c, r, s, "extended by " + std::to_string(appended.size()) + " tokens after " + std::to_string(n.generated) + " steps"))
     return;

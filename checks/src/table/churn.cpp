@@ -193,7 +193,7 @@ void ChurnRun::apply(const ChurnOp& op) {
       rows_.push_back({});
       for (int64_t p = 0; p < op.n; ++p) rows_[row].seq.push_back(churn_token(row, p, 0, vocab_));
       at::Tensor logits;
-      ids_.push_back(target_.add_rows({rows_[row].seq}, logits)[0]);  // logits (1, V)
+      ids_.push_back(target_.serving().add_rows({rows_[row].seq}, logits)[0]);  // logits (1, V)
       entries_.push_back(nullptr);
       pending_.emplace_back();
       show(row, logits[0]);
@@ -207,7 +207,7 @@ void ChurnRun::apply(const ChurnOp& op) {
           rows_[r].seq.push_back(ids.back());
           targets.push_back(ids_[r]);
         }
-        const at::Tensor out = target_.step_rows(targets, ids).to(at::kCPU);  // (R, V)
+        const at::Tensor out = target_.serving().step_rows(targets, ids).to(at::kCPU);  // (R, V)
         for (size_t i = 0; i < op.rows.size(); ++i) {
           const int64_t r = op.rows[i];
           show(r, out[static_cast<int64_t>(i)]);
@@ -217,14 +217,14 @@ void ChurnRun::apply(const ChurnOp& op) {
       break;
     case K::Fork:
       if (entries_[k]) settle(k);
-      ids_.push_back(target_.fork_row(ids_[k]));
+      ids_.push_back(target_.serving().fork_row(ids_[k]));
       rows_.push_back(rows_[k]);  // the child's history is its parent's
       entries_.push_back(entries_[k] ? std::make_shared<ReferenceEntries>(entries_[k]->copy()) : nullptr);
       pending_.emplace_back();
       break;
     case K::Truncate: {
       if (entries_[k]) settle(k);
-      target_.truncate_row(ids_[k], op.n);
+      target_.serving().truncate_row(ids_[k], op.n);
       ChurnRow& row = rows_[k];
       row.seq.resize(row.seq.size() - static_cast<size_t>(op.n));
       // What was seen at a dropped position is no longer this row's; what was seen before stays.
@@ -240,18 +240,18 @@ void ChurnRun::apply(const ChurnOp& op) {
       if (entries_[k]) entries_[k]->drop_newest(op.n);
       break;
     }
-    case K::Release: target_.release_row(ids_[k]); break;
+    case K::Release: target_.serving().release_row(ids_[k]); break;
     case K::Extend: {
       std::vector<int64_t> chunk;
       for (int64_t i = 0; i < op.n; ++i) chunk.push_back(token(k)), rows_[k].seq.push_back(chunk.back());
-      const at::Tensor got = target_.extend_row(ids_[k], chunk);  // (V)
+      const at::Tensor got = target_.serving().extend_row(ids_[k], chunk);  // (V)
       show(k, got);
       if (entries_[k]) reference_feed(k, chunk);
       break;
     }
     case K::Shift: {
       if (entries_[k]) settle(k);
-      target_.shift_row(ids_[k], op.keep, op.n);
+      target_.serving().shift_row(ids_[k], op.keep, op.n);
       ChurnRow& row = rows_[k];
       if (!entries_[k]) {
         // The row's first shift: what it showed so far is judged against its sequence alone now,
@@ -268,12 +268,12 @@ void ChurnRun::apply(const ChurnOp& op) {
     }
     case K::Save:
       if (entries_[k]) settle(k);
-      saved_.push_back({target_.save_row(ids_[k]), rows_[k],
+      saved_.push_back({target_.serving().save_row(ids_[k]), rows_[k],
                         entries_[k] ? std::make_shared<ReferenceEntries>(entries_[k]->copy()) : nullptr});
       break;
     case K::Restore: {
       const Saved& sv = saved_[static_cast<size_t>(op.n)];
-      ids_.push_back(target_.restore_row(sv.state));
+      ids_.push_back(target_.serving().restore_row(sv.state));
       rows_.push_back(sv.row);
       entries_.push_back(sv.entries ? std::make_shared<ReferenceEntries>(sv.entries->copy()) : nullptr);
       pending_.emplace_back();

@@ -62,7 +62,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
       rows.push_back(live[1].id), ids.push_back(runs[1].seq.back());
     }
     fed.push_back(id);
-    const at::Tensor out = c.target.step_rows(rows, ids).to(at::kCPU);  // (R, V)
+    const at::Tensor out = c.target.serving().step_rows(rows, ids).to(at::kCPU);  // (R, V)
     if (both) live[1].next = out[1].clone();
     ++next;
     return out[0].clone();
@@ -84,7 +84,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
     const int64_t discard = (next - kKeep) / 2;  // llama-server's n_discard: half of what is not kept
     if (discard < 1) break;
     shifts.push_back({static_cast<int64_t>(fed.size()), kKeep, discard});
-    c.target.shift_row(live[0].id, kKeep, discard);
+    c.target.serving().shift_row(live[0].id, kKeep, discard);
     ref.shift(kKeep, discard);
     next -= discard, pos -= discard;
     const std::vector<int64_t> ids = serving_prompt(steps, 2 + k, V);

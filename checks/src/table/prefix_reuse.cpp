@@ -32,10 +32,10 @@ void prefix_reuse_check(CheckContext& c, CheckResult& r) {
   // The first row: a prompt and its greedy tokens, then it leaves.
   Seen first;
   first.seq = serving_prompt(n.prompt, 0, V);
-  const int64_t row0 = c.target.add_rows({first.seq}, logits)[0];
+  const int64_t row0 = c.target.serving().add_rows({first.seq}, logits)[0];
   first.add(n.prompt - 1, logits.to(at::kCPU)[0]);
   decode_seen(c.target, row0, n.steps, first);
-  c.target.release_row(row0);
+  c.target.serving().release_row(row0);
   double worst = 0;
   if (!judge_seen(c, r, first, "the first row", &worst)) return;
   // Prompts sharing k of its tokens, longest first, each admitted beside a miss: the whole prompt
@@ -56,8 +56,8 @@ void prefix_reuse_check(CheckContext& c, CheckResult& r) {
       prompt.insert(prompt.end(), tail.begin(), tail.end());
     }
     const std::vector<int64_t> miss = serving_prompt(k % 7 + 5, 20 + static_cast<int64_t>(i), V);
-    const std::vector<int64_t> rows = c.target.add_rows({prompt, miss}, logits);
-    const std::vector<int64_t> reused = c.target.reused();
+    const std::vector<int64_t> rows = c.target.serving().add_rows({prompt, miss}, logits);
+    const std::vector<int64_t> reused = c.target.serving().reused();
     const at::Tensor l = logits.to(at::kCPU);  // (2, V)
     Seen hit, cold;
     hit.seq = prompt, cold.seq = miss;
@@ -66,12 +66,12 @@ void prefix_reuse_check(CheckContext& c, CheckResult& r) {
     for (int64_t s = 0; s < n.steps; ++s) {  // both rows decode together
       hit.seq.push_back(top1(hit.logits.back()));
       cold.seq.push_back(top1(cold.logits.back()));
-      const at::Tensor out = c.target.step_rows(rows, {hit.seq.back(), cold.seq.back()}).to(at::kCPU);  // (2, V)
+      const at::Tensor out = c.target.serving().step_rows(rows, {hit.seq.back(), cold.seq.back()}).to(at::kCPU);  // (2, V)
       hit.add(static_cast<int64_t>(hit.seq.size()) - 1, out[0]);
       cold.add(static_cast<int64_t>(cold.seq.size()) - 1, out[1]);
     }
-    c.target.release_row(rows[0]);
-    c.target.release_row(rows[1]);
+    c.target.serving().release_row(rows[0]);
+    c.target.serving().release_row(rows[1]);
     const std::string what = "a " + std::to_string(prompt.size()) + "-token prompt sharing " + std::to_string(k) + " tokens" +
                              (reused.empty() ? "" : " (the target reused " + std::to_string(reused[0]) + ")");
     if (!judge_seen(c, r, hit, what, &worst) || !judge_seen(c, r, cold, "the miss admitted beside it", &worst)) return;
@@ -88,15 +88,15 @@ void prefix_reuse_check(CheckContext& c, CheckResult& r) {
   c.target.reset();
   Seen running;
   running.seq = serving_prompt(n.prompt, 30, V);
-  const int64_t a = c.target.add_rows({running.seq}, logits)[0];
+  const int64_t a = c.target.serving().add_rows({running.seq}, logits)[0];
   running.add(n.prompt - 1, logits.to(at::kCPU)[0]);
   decode_seen(c.target, a, n.steps, running);
   std::vector<int64_t> beside(running.seq.begin(), running.seq.begin() + m16);
   std::vector<int64_t> own = serving_prompt(n.tail, 31, V);
   if (own[0] == running.seq[static_cast<size_t>(m16)]) own[0] = (own[0] + 1) % V;
   beside.insert(beside.end(), own.begin(), own.end());
-  const int64_t b = c.target.add_rows({beside}, logits)[0];
-  const std::vector<int64_t> reused_beside = c.target.reused();
+  const int64_t b = c.target.serving().add_rows({beside}, logits)[0];
+  const std::vector<int64_t> reused_beside = c.target.serving().reused();
   Seen joined;
   joined.seq = beside;
   joined.add(static_cast<int64_t>(beside.size()) - 1, logits.to(at::kCPU)[0]);

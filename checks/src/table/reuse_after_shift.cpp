@@ -31,12 +31,12 @@ void reuse_after_shift_check(CheckContext& c, CheckResult& r) {
   // The row that is shifted: its prompt, a shift, and it leaves.
   Seen first;
   first.seq = serving_prompt(n.prompt, 0, V);
-  const int64_t row = c.target.add_rows({first.seq}, logits)[0];
+  const int64_t row = c.target.serving().add_rows({first.seq}, logits)[0];
   first.add(n.prompt - 1, logits.to(at::kCPU)[0]);
   double worst = 0;
   if (!judge_seen(c, r, first, "the row before its shift", &worst)) return;
-  c.target.shift_row(row, n.keep, n.discard);
-  c.target.release_row(row);
+  c.target.serving().shift_row(row, n.keep, n.discard);
+  c.target.serving().release_row(row);
   // The new prompt: the shifted row's tokens as they now stand (the kept ones, those after the gap),
   // then tokens of its own; beside it, a miss sharing nothing.
   std::vector<int64_t> prompt(first.seq.begin(), first.seq.begin() + n.keep);
@@ -44,8 +44,8 @@ void reuse_after_shift_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> tail = serving_prompt(n.more, 7, V);
   prompt.insert(prompt.end(), tail.begin(), tail.end());
   const std::vector<int64_t> miss = serving_prompt(9, 8, V);
-  const std::vector<int64_t> rows = c.target.add_rows({prompt, miss}, logits);
-  const std::vector<int64_t> reused = c.target.reused();
+  const std::vector<int64_t> rows = c.target.serving().add_rows({prompt, miss}, logits);
+  const std::vector<int64_t> reused = c.target.serving().reused();
   Seen hit, cold;
   hit.seq = prompt, cold.seq = miss;
   const at::Tensor l = logits.to(at::kCPU);  // (2, V)

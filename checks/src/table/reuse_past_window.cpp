@@ -29,13 +29,13 @@ void reuse_past_window_check(CheckContext& c, CheckResult& r) {
   // The row that runs past the window: greedy steps until its next position is far past it.
   Seen first;
   first.seq = serving_prompt(n.prompt, 0, V);
-  const int64_t row = c.target.add_rows({first.seq}, logits)[0];
+  const int64_t row = c.target.serving().add_rows({first.seq}, logits)[0];
   first.add(n.prompt - 1, logits.to(at::kCPU)[0]);
   // Beyond what any cache of ours keeps of the start (the window and kRollbackEntries), by less than the
   // prompt: what a cache still holds of the row is then later entries of it, in place of the first.
   const int64_t past = ctx + kRollbackEntries + std::min(kPastTheWindow, n.prompt / 2);
   decode_seen(c.target, row, past - n.prompt, first);
-  c.target.release_row(row);
+  c.target.serving().release_row(row);
   double worst = 0;
   if (!judge_seen(c, r, first, "the row that ran past the window", &worst)) return;
   // Its prompt again, with tokens of its own after it, beside a miss sharing nothing.
@@ -43,8 +43,8 @@ void reuse_past_window_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> tail = serving_prompt(n.more, 5, V);
   prompt.insert(prompt.end(), tail.begin(), tail.end());
   const std::vector<int64_t> miss = serving_prompt(11, 6, V);
-  const std::vector<int64_t> rows = c.target.add_rows({prompt, miss}, logits);
-  const std::vector<int64_t> reused = c.target.reused();
+  const std::vector<int64_t> rows = c.target.serving().add_rows({prompt, miss}, logits);
+  const std::vector<int64_t> reused = c.target.serving().reused();
   Seen hit, cold;
   hit.seq = prompt, cold.seq = miss;
   const at::Tensor l = logits.to(at::kCPU);  // (2, V)

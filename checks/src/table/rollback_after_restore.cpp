@@ -29,23 +29,23 @@ void rollback_after_restore_check(CheckContext& c, CheckResult& r) {
   at::Tensor logits;
   Seen s;
   s.seq = serving_prompt(n.prompt, 0, V);
-  const int64_t row = c.target.add_rows({s.seq}, logits)[0];
+  const int64_t row = c.target.serving().add_rows({s.seq}, logits)[0];
   s.add(n.prompt - 1, logits.to(at::kCPU)[0]);
   decode_seen(c.target, row, ctx + n.past - n.prompt, s);  // the next position: context + past
   double worst = 0;
   if (!judge_seen(c, r, s, "the row before it was saved", &worst)) return;
-  const std::string state = c.target.save_row(row);
+  const std::string state = c.target.serving().save_row(row);
   c.target.reset();
-  const int64_t restored = c.target.restore_row(state);
+  const int64_t restored = c.target.serving().restore_row(state);
   // The rollback: the newest `back` tokens fed go, and the row goes on with tokens of its own.
-  c.target.truncate_row(restored, n.back);
+  c.target.serving().truncate_row(restored, n.back);
   Seen after;
   const int64_t kept = static_cast<int64_t>(s.seq.size()) - n.back;  // every id of s.seq was fed
   after.seq.assign(s.seq.begin(), s.seq.begin() + kept);
   const std::vector<int64_t> own = serving_prompt(n.after, 3, V);
   for (int64_t id : own) {
     after.seq.push_back(id);
-    after.add(static_cast<int64_t>(after.seq.size()) - 1, c.target.step_rows({restored}, {id}).to(at::kCPU)[0]);
+    after.add(static_cast<int64_t>(after.seq.size()) - 1, c.target.serving().step_rows({restored}, {id}).to(at::kCPU)[0]);
   }
   if (!judge_seen(c, r, after, "restored, rolled back by " + std::to_string(n.back) + " from position " + std::to_string(ctx + n.past) +
                                    " and fed " + std::to_string(n.after) + " tokens of its own",

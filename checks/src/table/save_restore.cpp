@@ -36,7 +36,7 @@ Continued continue_as(DecodeTarget& target, int64_t row, const RowRun& saved, in
   std::vector<at::Tensor> got, want;
   for (int64_t j = 0; j < kAfter; ++j) {
     const int64_t id = saved.seq[static_cast<size_t>(saved.prompt + from + j)];
-    got.push_back(target.step_rows({row}, {id}).to(at::kCPU)[0]);  // (V): predicts the token after id
+    got.push_back(target.serving().step_rows({row}, {id}).to(at::kCPU)[0]);  // (V): predicts the token after id
     want.push_back(saved.logits[static_cast<size_t>(from + j + 1)]);
   }
   const StepDiffs d = compare_steps(at::stack(got, 0).unsqueeze(0), at::stack(want, 0).unsqueeze(0), 0, t.logits);
@@ -69,7 +69,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   const int64_t total = at.back() + kAfter + 1;
   std::vector<std::string> states;
   for (int64_t i = 0; i < total; ++i) {
-    if (std::find(at.begin(), at.end(), i) != at.end()) states.push_back(c.target.save_row(live[0].id));
+    if (std::find(at.begin(), at.end(), i) != at.end()) states.push_back(c.target.serving().save_row(live[0].id));
     step_all(c.target, live);
   }
   finish(live);
@@ -102,24 +102,24 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   auto restored = [&](int64_t row, size_t k, const std::string& how) { return judge_on(c.target, row, k, how); };
   // Into another slot, while the saved row and its neighbour are still live.
   for (size_t k = 0; k < states.size(); ++k) {
-    const int64_t row = c.target.restore_row(states[k]);
+    const int64_t row = c.target.serving().restore_row(states[k]);
     if (!restored(row, k, "beside live rows")) return;
-    c.target.release_row(row);
+    c.target.serving().release_row(row);
   }
   // After a reset: nothing left of the batch it was saved from.
   for (size_t k = 0; k < states.size(); ++k) {
     c.target.reset();
-    if (!restored(c.target.restore_row(states[k]), k, "after a reset")) return;
+    if (!restored(c.target.serving().restore_row(states[k]), k, "after a reset")) return;
   }
   // After churn: rows admitted, stepped and released around it, so it lands in a freed slot that is
   // neither the first nor the last.
   for (size_t k = 0; k < states.size(); ++k) {
     c.target.reset();
     at::Tensor logits;
-    const std::vector<int64_t> rows = c.target.add_rows({serving_prompt(7, 2, V), serving_prompt(3, 3, V), serving_prompt(11, 4, V)}, logits);
-    for (int s = 0; s < 4; ++s) c.target.step_rows(rows, {1, 2, 3});
-    c.target.release_row(rows[1]);
-    if (!restored(c.target.restore_row(states[k]), k, "after churn")) return;
+    const std::vector<int64_t> rows = c.target.serving().add_rows({serving_prompt(7, 2, V), serving_prompt(3, 3, V), serving_prompt(11, 4, V)}, logits);
+    for (int s = 0; s < 4; ++s) c.target.serving().step_rows(rows, {1, 2, 3});
+    c.target.serving().release_row(rows[1]);
+    if (!restored(c.target.serving().restore_row(states[k]), k, "after churn")) return;
   }
   // Into a second instance of the target (an engine: a new process, a fresh context): a state must
   // carry everything, not refer to the memory of the process that saved it.
@@ -129,7 +129,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
       second->reset();
       int64_t row = -1;
       try {
-        row = second->restore_row(states[k]);
+        row = second->serving().restore_row(states[k]);
       } catch (const CheckFailure& e) {  // a wrong answer fails the row; an engine gone errs (run_check)
         set_result(r, false, "restored into a second instance (saved after " + std::to_string(at[k]) +
                                  " steps): the restore failed: " + e.what());

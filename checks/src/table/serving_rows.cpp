@@ -32,7 +32,7 @@ int64_t inside_window_steps(const CheckContext& c, int64_t n, int64_t prompt) {
 
 std::vector<LiveRow> admit(CheckContext& c, const std::vector<std::vector<int64_t>>& prompts, std::vector<RowRun>& runs) {
   at::Tensor logits;
-  const std::vector<int64_t> ids = c.target.add_rows(prompts, logits);  // logits (R, V)
+  const std::vector<int64_t> ids = c.target.serving().add_rows(prompts, logits);  // logits (R, V)
   const at::Tensor l = logits.to(at::kCPU);
   runs.resize(prompts.size());
   std::vector<LiveRow> live;
@@ -50,7 +50,7 @@ void step_with(DecodeTarget& t, std::vector<LiveRow>& live, const std::vector<in
     live[i].run->seq.push_back(ids[i]);
     rows.push_back(live[i].id);
   }
-  const at::Tensor out = t.step_rows(rows, ids).to(at::kCPU);  // (R, V)
+  const at::Tensor out = t.serving().step_rows(rows, ids).to(at::kCPU);  // (R, V)
   for (size_t i = 0; i < live.size(); ++i) live[i].next = out[static_cast<int64_t>(i)].clone();
 }
 
@@ -86,7 +86,7 @@ void Seen::add(int64_t position, const at::Tensor& l) { positions.push_back(posi
 void decode_seen(DecodeTarget& t, int64_t row, int64_t n, Seen& s) {
   for (int64_t i = 0; i < n; ++i) {
     s.seq.push_back(top1(s.logits.back()));
-    s.add(static_cast<int64_t>(s.seq.size()) - 1, t.step_rows({row}, {s.seq.back()}).to(at::kCPU)[0]);
+    s.add(static_cast<int64_t>(s.seq.size()) - 1, t.serving().step_rows({row}, {s.seq.back()}).to(at::kCPU)[0]);
   }
 }
 
@@ -155,7 +155,7 @@ void join_leave_check(CheckContext& c, CheckResult& r) {
   // A finishes: its last logits are recorded, and it leaves.
   std::vector<LiveRow> leaving = {live[0]};
   finish(leaving);
-  c.target.release_row(live[0].id);
+  c.target.serving().release_row(live[0].id);
   live.erase(live.begin());
   // C joins the running batch.
   live.push_back(admit(c, {serving_prompt(4, 2, V)}, cc)[0]);
@@ -194,7 +194,7 @@ void fork_check(CheckContext& c, CheckResult& r) {
     for (const LiveRow& row : live) ids.push_back(top1(row.next));
     if (i == kForkAfter || (i == late && c.opts.past_window)) {
       // The parent takes its greedy token, the child the runner-up: from here they differ.
-      const int64_t child = c.target.fork_row(live[0].id);
+      const int64_t child = c.target.serving().fork_row(live[0].id);
       runs.push_back(runs[0]);  // the child shares the parent's history so far
       live.push_back({child, &runs.back(), live[0].next});
       ids.push_back(std::get<1>(live[0].next.topk(2))[1].item<int64_t>());
@@ -273,9 +273,9 @@ void rollback_check(CheckContext& c, CheckResult& r) {
       std::vector<int64_t> toks;
       for (int64_t d = 0; d < kDraft; ++d) {
         toks.push_back((top1(seen.back()) + 1) % V);
-        seen.push_back(c.target.step_rows({row}, {toks.back()}).to(at::kCPU)[0].clone());
+        seen.push_back(c.target.serving().step_rows({row}, {toks.back()}).to(at::kCPU)[0].clone());
       }
-      c.target.truncate_row(row, kRejected);
+      c.target.serving().truncate_row(row, kRejected);
       for (int64_t d = 0; d < kDraft - kRejected; ++d) A.logits.push_back(seen[d]), A.seq.push_back(toks[d]);
       current = seen[kDraft - kRejected];
       i += kDraft - kRejected;
@@ -285,7 +285,7 @@ void rollback_check(CheckContext& c, CheckResult& r) {
     const int64_t next = top1(current);
     A.logits.push_back(current);
     A.seq.push_back(next);
-    if (static_cast<int64_t>(A.logits.size()) < total) current = c.target.step_rows({row}, {next}).to(at::kCPU)[0].clone();
+    if (static_cast<int64_t>(A.logits.size()) < total) current = c.target.serving().step_rows({row}, {next}).to(at::kCPU)[0].clone();
     ++i;
   }
   double worst = 0;

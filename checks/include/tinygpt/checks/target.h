@@ -60,6 +60,39 @@ struct ServedResult {
   std::vector<ServedShift> shifts;  // in order; empty: none
 };
 
+// What a serving engine does to its cache, on rows of a running batch by id (docs/protocol.md,
+// protocol 2). A target that has rows returns this from DecodeTarget::row_serving(); which of the
+// operations it offers is DecodeTarget::unsupported(Op)'s to say, and a row asks before it calls.
+class RowServing {
+ public:
+  virtual ~RowServing() = default;
+  // New rows from prompts of any lengths (each at its own positions from 0), prefilled together, next
+  // to any rows already running: their ids; `logits` (R, V) each one's last position. (Op::Ragged)
+  virtual std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) = 0;
+  // One token for each listed row (ids, one per row), each at its own next position: (R, V).
+  virtual at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) = 0;
+  // `row` leaves the batch. (Op::Join)
+  virtual void release_row(int64_t row) = 0;
+  // Several tokens appended to `row` in one call (a prompt in chunks, or tokens added after
+  // generating), each at its own next position: (V), the last new position's logits. (Op::Extend)
+  virtual at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) = 0;
+  // A new row continuing from `row`: its id. (Op::Fork)
+  virtual int64_t fork_row(int64_t row) = 0;
+  // Drops the newest n tokens of `row` (a rejected draft). (Op::Truncate)
+  virtual void truncate_row(int64_t row, int64_t n) = 0;
+  // `row`'s state as an opaque value, and a new row from one that continues exactly as the saved row
+  // would have (its id): after a reset too, in another slot, in another batch. (Op::Save)
+  virtual std::string save_row(int64_t row) = 0;
+  virtual int64_t restore_row(const std::string& state) = 0;
+  // A context shift (llama.cpp's seq_rm + seq_add): drops the `discard` entries after the first `keep`
+  // of `row` and renumbers the later ones down by `discard`, their keys re-rotated to their new
+  // positions; the row's next position moves down by `discard`. (Op::Shift)
+  virtual void shift_row(int64_t row, int64_t keep, int64_t discard) = 0;
+  // Entries each row of the last add_rows kept from the target's own cache (a prefix it shared with
+  // a released row), one per row, when the target says; empty when it does not.
+  virtual std::vector<int64_t> reused() const { return {}; }
+};
+
 class DecodeTarget {
  public:
   virtual ~DecodeTarget() = default;
@@ -98,39 +131,20 @@ class DecodeTarget {
   // engine over the protocol.
   virtual std::string loop_name() const { return "target"; }
 
-  // --- Serving operations: rows of a running batch, by id (docs/protocol.md, protocol 2) ---
+  // --- What the target offers beyond prefill and step ---
   // "" when the target offers `op` (ops.h); else why not (the rows that need it are then skipped,
-  // saying so, and the operations below throw std::logic_error with that reason).
-  virtual std::string unsupported(Op op) const { return std::string("the target does not support ") + op_name(op); }
-  // New rows from prompts of any lengths (each at its own positions from 0), prefilled together, next
-  // to any rows already running: their ids; `logits` (R, V) each one's last position.
-  virtual std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits);
-  // One token for each listed row (ids, one per row), each at its own next position: (R, V).
-  virtual at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids);
-  // Several tokens appended to `row` in one call (a prompt in chunks, or tokens added after
-  // generating), each at its own next position: (V), the last new position's logits. Protocol 3.
-  virtual at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids);
-  // A new row continuing from `row`: its id.
-  virtual int64_t fork_row(int64_t row);
-  // Drops the newest n tokens of `row` (a rejected draft).
-  virtual void truncate_row(int64_t row, int64_t n);
-  // `row` leaves the batch.
-  virtual void release_row(int64_t row);
+  // saying so). The default: the row operations when row_serving() has them, nothing else.
+  virtual std::string unsupported(Op op) const;
+  // The serving operations (RowServing, below), or nullptr when the target has none: then every row
+  // operation is unsupported for that one reason.
+  virtual RowServing* row_serving() { return nullptr; }
+  // row_serving(), for a row that asked unsupported() first: std::logic_error with the reason when absent.
+  RowServing& serving();
   // The threads the target computes with from now on (op "threads"): returns the count before.
+  // std::logic_error where unsupported(Op::Threads) says why not.
   virtual int set_threads(int n);
-  // Entries each row of the last add_rows kept from the target's own cache (a prefix it shared with
-  // a released row), one per row, when the target says; empty when it does not.
-  virtual std::vector<int64_t> reused() const { return {}; }
   // The most rows the target takes at once (an engine's batch limit, hello's "max_rows"); 0: no limit.
   virtual int64_t max_rows() const { return 0; }
-  // `row`'s state as an opaque value (op "save"), and a new row from one that continues exactly as
-  // the saved row would have (its id): after a reset too, in another slot, in another batch.
-  virtual std::string save_row(int64_t row);
-  virtual int64_t restore_row(const std::string& state);
-  // A context shift (op "shift", llama.cpp's seq_rm + seq_add): drops the `discard` entries after the
-  // first `keep` of `row` and renumbers the later ones down by `discard`, their keys re-rotated to
-  // their new positions; the row's next position moves down by `discard`.
-  virtual void shift_row(int64_t row, int64_t keep, int64_t discard);
   // "" when the target takes prefill and step (every target but an engine that only schedules whole
   // requests: hello's "rows": false); else why not: every row that drives rows is then skipped, saying so.
   virtual std::string rows_unsupported() const { return ""; }
@@ -146,7 +160,7 @@ class DecodeTarget {
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
 // production loop (generate_cached with the variant's attention policy, loop schedule and kernels)
 // for generate, with its own logits captured through the step observer.
-class ModelTarget final : public DecodeTarget {
+class ModelTarget final : public DecodeTarget, public RowServing {
  public:
   // `variant` must outlive the target. `model` is shared, not copied.
   ModelTarget(GPT model, const CacheVariant& variant);
@@ -166,6 +180,7 @@ class ModelTarget final : public DecodeTarget {
 
   // Serving operations through a RowBatch of this variant's caches (one per row).
   std::string unsupported(Op op) const override;
+  RowServing* row_serving() override { return this; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
