@@ -123,4 +123,26 @@ double rope_attention_factor(const RopeSpec& s) {
   return c.factor <= 1 ? 1.0 : 0.1 * std::log(c.factor) + 1.0;
 }
 
+at::Tensor rope_apply(const at::Tensor& x, const at::Tensor& positions, const RopeSpec& s, RopePairing pairing) {
+  const int64_t hd = x.size(-1), r = s.rotated();
+  if (x.dim() < 2 || hd != s.head_dim)
+    throw std::invalid_argument("rope: x must be (..., T, " + std::to_string(s.head_dim) + "), got last dim " + std::to_string(hd));
+  if (positions.dim() != 1 || positions.size(0) != x.size(-2))
+    throw std::invalid_argument("rope: positions must be (T) for x (..., T, hd)");
+  const double m = rope_attention_factor(s);
+  const at::Tensor f = rope_inv_frequencies(s).to(x.device());                    // (r/2)
+  const at::Tensor angles = positions.to(x.device()).to(at::kFloat).unsqueeze(1) * f;  // (T, r/2): one product each, as transformers' matmul
+  const at::Tensor emb = at::cat({angles, angles}, -1);                            // (T, r)
+  const at::Tensor cos = emb.cos() * m, sin = emb.sin() * m;                       // (T, r)
+  const at::Tensor xf = x.to(at::kFloat);
+  at::Tensor rot = xf.narrow(-1, 0, r);                                            // (..., T, r)
+  if (pairing == RopePairing::Adjacent)  // channels (2j, 2j+1) -> (j, j + r/2), rotated, and back
+    rot = rot.unflatten(-1, {r / 2, 2}).transpose(-1, -2).flatten(-2);
+  const at::Tensor half = at::cat({at::neg(rot.narrow(-1, r / 2, r / 2)), rot.narrow(-1, 0, r / 2)}, -1);  // rotate_half
+  at::Tensor out = rot * cos + half * sin;                                          // (..., T, r)
+  if (pairing == RopePairing::Adjacent) out = out.unflatten(-1, {2, r / 2}).transpose(-1, -2).flatten(-2);
+  if (r < hd) out = at::cat({out, xf.narrow(-1, r, hd - r)}, -1);
+  return out.to(x.scalar_type());
+}
+
 }  // namespace tinygpt

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "tinygpt/rope.h"
 #include "tinygpt/rope_scaling.h"
 
 namespace tinygpt {
@@ -116,6 +117,43 @@ TEST(RopeScaling, ValidationNamesTheField) {
   says(betas, "beta_fast");
   EXPECT_THROW(rope_scaling_kind("dynamic"), std::invalid_argument);
   EXPECT_EQ(rope_scaling_kind("yarn"), Kind::Yarn);
+}
+
+// SPEC 10: the two pairings are one model under a fixed permutation of the channels; the seed's RoPE
+// (rope.h, adjacent pairs) is rope_apply's adjacent rotation at theta 1e4 with no scaling.
+TEST(RopeApply, AdjacentPairsAreHalvesUnderTheInterleavingPermutation) {
+  const RopeSpec s = spec(10000, 8);
+  const at::Tensor x = at::randn({2, 3, 5, 8}, at::kFloat);
+  const at::Tensor pos = at::tensor(std::vector<int64_t>{0, 3, 255, 256, 1000});
+  const at::Tensor perm = at::tensor(std::vector<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});  // (2j, 2j+1) -> (j, j + 4)
+  const at::Tensor inverse = at::argsort(perm);
+  const at::Tensor adjacent = rope_apply(x, pos, s, RopePairing::Adjacent);
+  const at::Tensor halves = rope_apply(x.index_select(-1, perm), pos, s, RopePairing::Halves).index_select(-1, inverse);
+  EXPECT_TRUE(adjacent.equal(halves));
+  EXPECT_FALSE(adjacent.equal(rope_apply(x, pos, s, RopePairing::Halves)));  // and the two do differ on one layout
+  // The seed's RoPE: the same rotation (its angles are computed as pow(theta, -2j/hd), ours as 1 / pow: an ulp apart).
+  const at::Tensor x1 = x.narrow(2, 0, 3);
+  const at::Tensor seed = rope(x1, 254);  // positions 254, 255, 256
+  const at::Tensor ours = rope_apply(x1, at::arange(254, 257, at::kLong), spec(10000, 8), RopePairing::Adjacent);
+  EXPECT_LT((seed - ours).abs().max().item<double>(), 1e-5);
+}
+
+TEST(RopeApply, PartialRotationPassesTheRestAndTheAttentionFactorScalesEveryPair) {
+  RopeSpec s = spec(10000, 16, Kind::Yarn, 4, 64);
+  s.partial_rotary = 0.5;
+  const at::Tensor x = at::randn({1, 2, 4, 16}, at::kFloat);
+  const at::Tensor pos = at::tensor(std::vector<int64_t>{1, 64, 257, 3000});
+  const at::Tensor y = rope_apply(x, pos, s, RopePairing::Halves);
+  EXPECT_TRUE(y.narrow(-1, 8, 8).equal(x.narrow(-1, 8, 8)));  // channels past the rotated width untouched
+  // Pair j of the halves convention is (j, j + 4) inside the rotated 8: its length grows by the factor.
+  const double m = rope_attention_factor(s);
+  for (int64_t j = 0; j < 4; ++j) {
+    const at::Tensor before = at::hypot(x.select(-1, j), x.select(-1, j + 4));
+    const at::Tensor after = at::hypot(y.select(-1, j), y.select(-1, j + 4));
+    EXPECT_LT((after - before * m).abs().max().item<double>(), 1e-5) << j;
+  }
+  EXPECT_THROW(rope_apply(x, pos.narrow(0, 0, 3), s, RopePairing::Halves), std::invalid_argument);  // positions (T)
+  EXPECT_THROW(rope_apply(x.narrow(-1, 0, 8), pos, s, RopePairing::Halves), std::invalid_argument);  // head size
 }
 
 }  // namespace

@@ -7,10 +7,22 @@ module's inv_freq buffer and attention_scaling, what the model multiplies positi
 import json
 import sys
 
+import torch
 import transformers
 from transformers import GPTNeoXConfig, LlamaConfig
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXRotaryEmbedding
+from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb as neox_apply
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_apply
+
+# The rotation is checked on x (1, 2, T, hd) at these positions (inside the window, at its edge, far
+# past it), x[i] = ((i * 7919) % 2003) / 1000 - 1 over its flat index: rope_dump builds the same.
+POSITIONS = [0, 1, 2, 17, 63, 64, 65, 255, 256, 257, 511, 1000, 4095]
+
+
+def probe(hd):
+    n = 2 * len(POSITIONS) * hd
+    return torch.tensor([((i * 7919) % 2003) / 1000.0 - 1.0 for i in range(n)], dtype=torch.float32).view(1, 2, len(POSITIONS), hd)
 
 
 def rope_parameters(spec):
@@ -38,11 +50,14 @@ def one(spec):
     common = dict(hidden_size=hd * heads, num_attention_heads=heads, num_hidden_layers=1, intermediate_size=4 * hd,
                   vocab_size=32, max_position_embeddings=256, rope_parameters=rope_parameters(spec))
     if float(spec.get("partial_rotary", 1.0)) != 1.0:
-        module = GPTNeoXRotaryEmbedding(GPTNeoXConfig(**common))
+        module, apply = GPTNeoXRotaryEmbedding(GPTNeoXConfig(**common)), neox_apply
     else:
-        module = LlamaRotaryEmbedding(LlamaConfig(head_dim=hd, **common))
-    return {"name": spec["name"], "inv_freq": [float(x) for x in module.inv_freq.float().tolist()],
-            "attention_factor": float(module.attention_scaling)}
+        module, apply = LlamaRotaryEmbedding(LlamaConfig(head_dim=hd, **common)), llama_apply
+    x = probe(hd)
+    cos, sin = module(x, torch.tensor([POSITIONS], dtype=torch.int64))
+    rotated, _ = apply(x, x, cos, sin)
+    return {"name": spec["name"], "inv_freq": [float(v) for v in module.inv_freq.float().tolist()],
+            "attention_factor": float(module.attention_scaling), "rotated": [float(v) for v in rotated.flatten().tolist()]}
 
 
 def main():

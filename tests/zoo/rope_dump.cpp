@@ -2,7 +2,10 @@
 // against transformers' own. Reads [{"name", "theta", "head_dim", "partial_rotary", "scaling": {...}}]
 // from the file argv[1]; writes [{"name", "inv_freq": [...], "attention_factor"}] to stdout, or
 // {"name", "error"} for a spec our validation refuses.
-//   rope_dump SPECS.json [--plant yarn-attention-factor-missing|llama3-factors-missing]
+// Also "rotated": x (1, 2, T, hd) at hf_rope.py's POSITIONS, x[i] = ((i * 7919) % 2003) / 1000 - 1,
+// through rope_apply with halves pairing (transformers' convention), flattened.
+//   rope_dump SPECS.json [--plant yarn-attention-factor-missing|llama3-factors-missing|
+//                                 partial-rotary-rotates-all|pairing-adjacent]
 // --plant changes our answer the way a known engine bug does (the comparison must then fail: that is
 // how the test shows it can).
 #include <ATen/ATen.h>
@@ -12,8 +15,20 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "tinygpt/rope_scaling.h"
+
+namespace {
+const std::vector<int64_t> kPositions = {0, 1, 2, 17, 63, 64, 65, 255, 256, 257, 511, 1000, 4095};  // hf_rope.py's
+
+at::Tensor probe(int64_t hd) {
+  const int64_t T = static_cast<int64_t>(kPositions.size()), n = 2 * T * hd;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(static_cast<double>((i * 7919) % 2003) / 1000.0 - 1.0);
+  return at::tensor(v).view({1, 2, T, hd});
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using nlohmann::json;
@@ -58,6 +73,13 @@ int main(int argc, char** argv) {
       const float* p = f.data_ptr<float>();
       row["inv_freq"] = std::vector<double>(p, p + f.numel());
       row["attention_factor"] = m;
+      tinygpt::RopeSpec r = s;
+      if (plant == "yarn-attention-factor-missing") r.scaling.attention_factor = 1.0;
+      if (plant == "partial-rotary-rotates-all") r.partial_rotary = 1.0;  // llama.cpp's rope.dimension_count ignored
+      const auto pairing = plant == "pairing-adjacent" ? tinygpt::RopePairing::Adjacent : tinygpt::RopePairing::Halves;
+      const at::Tensor y = tinygpt::rope_apply(probe(s.head_dim), at::tensor(kPositions, at::kLong), r, pairing).contiguous();
+      const float* q = y.data_ptr<float>();
+      row["rotated"] = std::vector<double>(q, q + y.numel());
     } catch (const std::invalid_argument& e) {
       row["error"] = e.what();
     }

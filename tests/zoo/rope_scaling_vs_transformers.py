@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Our RoPE frequencies (lib rope_scaling.h, SPEC 10) against transformers 5.12's own, spec by spec:
-the inverse frequencies each model class multiplies positions by and the factor it multiplies cos and
-sin by (YaRN's attention factor), for the default rotation at several bases and head sizes, partial
-rotary, linear, llama3 and YaRN scaling - with original contexts below our 256-token window, as the
-zoo's members have them. Then the same comparison against our answers with a known engine bug planted
-(YaRN's attention factor dropped; llama3's factors not applied): each must be caught, or the
-comparison proves nothing.
+"""Our RoPE for the zoo (lib rope_scaling.h, SPEC 10) against transformers 5.12's own, spec by spec:
+the inverse frequencies each model class multiplies positions by, the factor it multiplies cos and
+sin by (YaRN's attention factor), and a probe tensor rotated by the model's own apply_rotary_pos_emb
+at positions inside the window, at its edge and far past it - for the default rotation at several
+bases and head sizes, partial rotary, linear, llama3 and YaRN scaling, with original contexts below
+our 256-token window as the zoo's members have them. Then the same comparison against our answers
+with a known engine bug planted (YaRN's attention factor dropped, llama3's factors not applied, a
+partial rotation applied to the whole head, adjacent pairs where the model pairs halves): each must
+be caught on exactly the specs it touches, or the comparison proves nothing.
 
   rope_scaling_vs_transformers.py ROPE_DUMP WORK_DIR
-Exit 0: every spec within 1 float32 ulp (relative 2.4e-7) and every plant caught; 1 otherwise;
+Exit 0: every frequency within 2 float32 ulps (relative 2.4e-7), every rotated value within 2e-6 plus
+what the frequencies' own difference explains at the probe's last position, and every plant caught;
+1 otherwise;
 77 (ctest's skip) when the forky chroot (ci/forky.sh) is not there, saying why.
 """
 import json
@@ -20,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 REL_TOL = 2.4e-7  # two float32 ulps of 1: the same operations in another build of LibTorch
 FACTOR_TOL = 1e-12
+ROTATED_TOL = 2e-6  # |values| <= ~1.6: cos and sin of angles up to 4095 rad in two builds of LibTorch
+MAX_POSITION = 4095  # hf_rope.py's largest probe position
 
 SPECS = [
     {"name": "seed (theta 1e4, hd 64)", "theta": 10000.0, "head_dim": 64},
@@ -48,6 +54,8 @@ PLANTS = {  # our answer with an engine's bug in it: the specs it must change
     "yarn-attention-factor-missing": [s["name"] for s in SPECS if s.get("scaling", {}).get("kind") == "yarn"
                                       and s["scaling"].get("attention_factor", 2.0) != 1.0],
     "llama3-factors-missing": [s["name"] for s in SPECS if s.get("scaling", {}).get("kind") == "llama3"],
+    "partial-rotary-rotates-all": [s["name"] for s in SPECS if s.get("partial_rotary", 1.0) != 1.0],
+    "pairing-adjacent": [s["name"] for s in SPECS],
 }
 
 
@@ -71,13 +79,18 @@ def differences(mine, theirs):
         rel = max((abs(x - y) / abs(y) if y else abs(x)) for x, y in zip(a, b))
         exact = sum(1 for x, y in zip(a, b) if x == y)
         df = abs(m["attention_factor"] - t["attention_factor"])
-        if rel > REL_TOL or df > FACTOR_TOL:
-            out[name] = "inv_freq relative diff %.2e (%d of %d equal), attention factor %.6f against %.6f" % (
-                rel, exact, len(a), m["attention_factor"], t["attention_factor"])
+        ra, rb = m["rotated"], t["rotated"]
+        rot = max(abs(x - y) for x, y in zip(ra, rb)) if len(ra) == len(rb) else float("inf")
+        # A frequency an ulp apart (kernels of two LibTorch versions) turns a pair of |x| <= 2 by
+        # position x that much more: the rotation is held to what the measured frequencies explain.
+        rot_tol = ROTATED_TOL + 2 * MAX_POSITION * max(abs(x - y) for x, y in zip(a, b))
+        if rel > REL_TOL or df > FACTOR_TOL or rot > rot_tol:
+            out[name] = "inv_freq relative diff %.2e (%d of %d equal), attention factor %.6f against %.6f, rotated |diff| %.2e (bound %.1e)" % (
+                rel, exact, len(a), m["attention_factor"], t["attention_factor"], rot, rot_tol)
         else:
             out[name] = ""
-            t["_report"] = "%d of %d frequencies bit-equal, largest relative diff %.1e, attention factor %.6f" % (
-                exact, len(a), rel, t["attention_factor"])
+            t["_report"] = "%d of %d frequencies bit-equal (largest relative diff %.1e), attention factor %.6f, rotated |diff| %.1e (bound %.1e)" % (
+                exact, len(a), rel, t["attention_factor"], rot, rot_tol)
     return out
 
 

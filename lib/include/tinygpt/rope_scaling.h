@@ -1,8 +1,8 @@
-// RoPE's frequencies for the architectures of the zoo (SPEC 10): the base theta, the rotated width
-// (partial rotary), and the scalings transformers implements - linear, llama3 and YaRN, with YaRN's
-// attention factor. The seed's RoPE (SPEC 2, rope.h) is theta 10000 over the whole head with no
-// scaling and keeps its own code, so its goldens hold bit for bit; this is what a model with other
-// knobs rotates by. How the channels are paired (adjacent, or halves) is the rotation's business.
+// RoPE for the architectures of the zoo (SPEC 10): the frequencies - the base theta, the rotated width
+// (partial rotary), and the scalings transformers implements: linear, llama3 and YaRN, with YaRN's
+// attention factor - and the rotation with either pairing of channels. The seed's RoPE (SPEC 2,
+// rope.h) is theta 10000 over the whole head, adjacent pairs, no scaling, and keeps its own code, so
+// its goldens hold bit for bit; this is what a model with other knobs rotates by.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -50,5 +50,16 @@ at::Tensor rope_inv_frequencies(const RopeSpec& spec);
 
 // What cos and sin are multiplied by: YaRN's attention factor, 1 for every other kind.
 double rope_attention_factor(const RopeSpec& spec);
+
+// Which channels turn together: (2j, 2j+1) - ours, SPEC 2, llama.cpp's NORM - or (j, j + r/2) -
+// transformers' rotate_half, Llama, Qwen3, Gemma, GPT-NeoX, llama.cpp's NEOX. Pair j turns by f_j.
+enum class RopePairing { Adjacent, Halves };
+
+// x (..., T, hd) rotated at `positions` (T) int64, each row t at positions[t]: the first
+// spec.rotated() channels in pairs by angle positions[t] x f_j, cos and sin multiplied by the attention
+// factor, the other channels passed through. In float32 with transformers' operations and order for
+// Halves (x cos + rotate_half(x) sin); Adjacent is the same rotation on interleaved channels. Returns
+// x's shape and dtype.
+at::Tensor rope_apply(const at::Tensor& x, const at::Tensor& positions, const RopeSpec& spec, RopePairing pairing);
 
 }  // namespace tinygpt
