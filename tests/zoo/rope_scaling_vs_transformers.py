@@ -20,8 +20,8 @@ import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from zoo_common import SKIP, plants_caught, transformers_answer
+
 REL_TOL = 2.4e-7  # two float32 ulps of 1: the same operations in another build of LibTorch
 FACTOR_TOL = 1e-12
 ROTATED_TOL = 2e-6  # |values| <= ~1.6: cos and sin of angles up to 4095 rad in two builds of LibTorch
@@ -96,19 +96,14 @@ def differences(mine, theirs):
 
 def main():
     dump, work = sys.argv[1], sys.argv[2]
-    if not os.path.isfile(os.path.join(ROOT, ".engines", "forky-root", "versions.txt")):
-        print("skipped: no forky chroot (.engines/forky-root; ci/forky.sh makes it): transformers is not here")
-        return 77
     os.makedirs(work, exist_ok=True)
     specs_path = os.path.join(work, "specs.json")
     with open(specs_path, "w") as f:
         json.dump(SPECS, f)
-    run = subprocess.run([os.path.join(ROOT, "engines", "forky", "run.sh"), "/usr/bin/python3", "/suite/tests/zoo/hf_rope.py",
-                          json.dumps(SPECS)], capture_output=True, text=True)
-    if run.returncode != 0:
-        print("skipped: transformers could not run in the forky chroot: " + (run.stderr.strip().splitlines() or ["?"])[-1])
-        return 77
-    doc = json.loads(run.stdout)
+    doc = transformers_answer("hf_rope.py", json.dumps(SPECS))
+    if isinstance(doc, str):
+        print("skipped: " + doc)
+        return SKIP
     theirs = {r["name"]: r for r in doc["rows"]}
     failed = False
     diffs = differences(ours(dump, specs_path), theirs)
@@ -116,13 +111,11 @@ def main():
     for name in (s["name"] for s in SPECS):
         print("  %-45s %s" % (name, ("DIFFERS: " + diffs[name]) if diffs[name] else "ok: " + theirs[name]["_report"]))
         failed |= bool(diffs[name])
-    for plant, must in PLANTS.items():
-        d = differences(ours(dump, specs_path, plant), {k: dict(v) for k, v in theirs.items()})
-        caught = sorted(n for n, why in d.items() if why)
-        ok = caught == sorted(must) and must
-        print("  planted %s: %s" % (plant, ("caught on " + ", ".join(caught)) if ok else
-                                    "NOT caught as it must be (differs on %s, must on %s)" % (caught, must)))
-        failed |= not ok
+
+    def differing(plant):
+        planted = differences(ours(dump, specs_path, plant), {k: dict(v) for k, v in theirs.items()})
+        return [n for n, why in planted.items() if why]
+    failed |= not plants_caught(PLANTS, differing)
     return 1 if failed else 0
 
 

@@ -11,12 +11,11 @@ Exit 0: every value within 2e-6 of transformers' (two BLAS builds: sums in other
 plant caught; 1 otherwise; 77 (ctest's skip) when the forky chroot (ci/forky.sh) is not there.
 """
 import json
-import os
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+from zoo_common import SKIP, plants_caught, transformers_answer
+
 TOL = 2e-6
 PLANTS = {
     "norm-plus-one-twice": ["rmsnorm_plus_one"],
@@ -38,27 +37,17 @@ def apart(mine, theirs):
 
 def main():
     dump = sys.argv[1]
-    if not os.path.isfile(os.path.join(ROOT, ".engines", "forky-root", "versions.txt")):
-        print("skipped: no forky chroot (.engines/forky-root; ci/forky.sh makes it): transformers is not here")
-        return 77
-    run = subprocess.run([os.path.join(ROOT, "engines", "forky", "run.sh"), "/usr/bin/python3", "/suite/tests/zoo/hf_ops.py"],
-                         capture_output=True, text=True)
-    if run.returncode != 0:
-        print("skipped: transformers could not run in the forky chroot: " + (run.stderr.strip().splitlines() or ["?"])[-1])
-        return 77
-    doc = json.loads(run.stdout.strip().splitlines()[-1])
+    doc = transformers_answer("hf_ops.py")
+    if isinstance(doc, str):
+        print("skipped: " + doc)
+        return SKIP
     theirs = doc["cases"]
     failed = False
     print("against transformers %s:" % doc["transformers"])
     for case, d in apart(ours(dump), theirs).items():
         print("  %-24s %s |diff| %.1e (bound %.0e, %d values)" % (case, "ok:" if d <= TOL else "DIFFERS:", d, TOL, len(theirs[case])))
         failed |= d > TOL
-    for plant, must in PLANTS.items():
-        caught = sorted(k for k, d in apart(ours(dump, plant), theirs).items() if d > TOL)
-        ok = caught == sorted(must)
-        print("  planted %s: %s" % (plant, ("caught on " + ", ".join(caught)) if ok else
-                                    "NOT caught as it must be (differs on %s, must on %s)" % (caught, must)))
-        failed |= not ok
+    failed |= not plants_caught(PLANTS, lambda plant: [k for k, d in apart(ours(dump, plant), theirs).items() if d > TOL])
     return 1 if failed else 0
 
 
