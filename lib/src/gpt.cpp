@@ -10,7 +10,6 @@
 #include <limits>
 #include <stdexcept>
 
-
 namespace tinygpt {
 
 namespace nn = torch::nn;

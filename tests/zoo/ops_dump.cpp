@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -134,9 +134,6 @@ class GPTImpl : public torch::nn::Module {
   // batch, serving.h). Returns the last column's logits (B, V).
   at::Tensor step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy);
 
-  // The final norm and the tied head: x (..., d) -> logits (..., V).
-  at::Tensor head(const at::Tensor& x);
-
   // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
   // Parameters with the tied head counted once.
@@ -147,6 +144,8 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm{nullptr};
 
  private:
+  // The final norm and the tied head: x (..., d) -> logits (..., V).
+  at::Tensor head(const at::Tensor& x);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
                         KVCache* cache, const at::Tensor& positions = {});
   void build();

@@ -133,10 +133,10 @@ class DecodeTarget {
 
   // --- What the target offers beyond prefill and step ---
   // "" when the target offers `op` (ops.h); else why not (the rows that need it are then skipped,
-  // saying so). The default: the row operations when row_serving() has them, nothing else.
+  // saying so). The default offers nothing: "the target does not support OP".
   virtual std::string unsupported(Op op) const;
-  // The serving operations (RowServing, below), or nullptr when the target has none: then every row
-  // operation is unsupported for that one reason.
+  // The serving operations (RowServing, above), or nullptr when the target has none; a target that
+  // returns nullptr leaves unsupported() saying so for every row operation (the default does).
   virtual RowServing* row_serving() { return nullptr; }
   // row_serving(), for a row that asked unsupported() first: std::logic_error with the reason when absent.
   RowServing& serving();
