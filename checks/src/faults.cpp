@@ -18,8 +18,8 @@ namespace {
 // Part 2's rope() built its table from arange(T): a decode step (T=1) lands at position 0.
 class RopeOffset final : public AttentionPolicy {
  public:
-  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t) const override {
-    AttentionPolicy::position(q, k, v, 0);
+  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t, const Rotary& r) const override {
+    AttentionPolicy::position(q, k, v, 0, r);
   }
 };
 
@@ -27,7 +27,7 @@ class RopeOffset final : public AttentionPolicy {
 // single decode query sees only the first cached key.
 class TopLeftMask final : public AttentionPolicy {
  public:
-  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const override {
+  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t) const override {
     const auto i64 = opts.dtype(at::kLong);
     at::Tensor hidden = at::arange(0, tk, i64).unsqueeze(0) > at::arange(0, tq, i64).unsqueeze(1);
     return at::zeros({tq, tk}, opts).masked_fill(hidden, -std::numeric_limits<double>::infinity());
@@ -38,24 +38,24 @@ class TopLeftMask final : public AttentionPolicy {
 // counter is right).
 class DecodePositionOffByOne final : public AttentionPolicy {
  public:
-  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start) const override {
-    AttentionPolicy::position(q, k, v, (q.size(2) == 1 && start > 0) ? start - 1 : start);
+  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
+    AttentionPolicy::position(q, k, v, (q.size(2) == 1 && start > 0) ? start - 1 : start, r);
   }
 };
 
 // The rotation applied to all three of q, k, v (a copy-paste of the q/k line).
 class RopeOnValues final : public AttentionPolicy {
  public:
-  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start) const override {
-    AttentionPolicy::position(q, k, v, start);
-    v = rope(v, start);
+  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
+    AttentionPolicy::position(q, k, v, start, r);
+    v = r.rotate_one(v, start);
   }
 };
 
 // is_causal=T > 1 written as is_causal=False: the prefill's queries see later prompt tokens.
 class PrefillWithoutMask final : public AttentionPolicy {
  public:
-  at::Tensor mask(int64_t, int64_t, const c10::TensorOptions&) const override { return at::Tensor(); }
+  at::Tensor mask(int64_t, int64_t, const c10::TensorOptions&, int64_t) const override { return at::Tensor(); }
 };
 
 // --- storage faults (KVCache) ---

@@ -1,6 +1,7 @@
 #include "tinygpt/attention_policy.h"
 
 #include <ATen/ATen.h>
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -9,23 +10,39 @@
 
 namespace tinygpt {
 
-void AttentionPolicy::position(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, int64_t start) const {
+void Rotary::rotate(at::Tensor& q, at::Tensor& k, int64_t start) const {
   // One table lookup serves q and k: the same positions.
   auto [cos, sin] = rope_angles(start, q.size(-2), q.size(-1), q.device());  // (T, hd/2) each
   q = rope_rotate(q, cos, sin);
   k = rope_rotate(k, cos, sin);
 }
 
-void AttentionPolicy::position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, const at::Tensor& positions) const {
+void Rotary::rotate_rows(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const {
   q = rope_rows(q, positions);
   k = rope_rows(k, positions);
 }
 
-at::Tensor AttentionPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const {
+at::Tensor Rotary::rotate_one(const at::Tensor& x, int64_t start) const { return rope(x, start); }
+
+const Rotary& seed_rotary() {
+  static const Rotary r;
+  return r;
+}
+
+void AttentionPolicy::position(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, int64_t start, const Rotary& rotary) const {
+  rotary.rotate(q, k, start);
+}
+
+void AttentionPolicy::position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& /*v*/, const at::Tensor& positions,
+                                    const Rotary& rotary) const {
+  rotary.rotate_rows(q, k, positions);
+}
+
+at::Tensor AttentionPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const {
   // One query is the newest token: it may see every key, so no mask (SPEC 4). A top-left
   // aligned causal mask here would hide all keys but the first (the seed's gotcha 2).
-  if (tq == 1) return at::Tensor();
-  return causal_mask(tq, tk, /*window=*/0, opts);
+  if (tq == 1 && (window <= 0 || tk <= window)) return at::Tensor();
+  return causal_mask(tq, tk, window, opts);
 }
 
 const AttentionPolicy& production_policy() {
@@ -37,8 +54,8 @@ BandedPolicy::BandedPolicy(int64_t window) : window_(window) {
   if (window < 1) throw std::invalid_argument("BandedPolicy: window must be >= 1");
 }
 
-at::Tensor BandedPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const {
-  return causal_mask(tq, tk, window_, opts);
+at::Tensor BandedPolicy::mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const {
+  return causal_mask(tq, tk, window > 0 ? std::min(window, window_) : window_, opts);
 }
 
 at::Tensor causal_mask(int64_t tq, int64_t tk, int64_t window, const c10::TensorOptions& opts) {

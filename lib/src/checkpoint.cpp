@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <stdexcept>
@@ -19,6 +20,8 @@ namespace {
 }  // namespace
 
 Checkpoint read_any_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(path, "a directory, not a checkpoint file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open checkpoint");
   char magic[2] = {0, 0};
@@ -69,11 +72,11 @@ void load_weights(GPT& model, const std::vector<std::pair<std::string, at::Tenso
     if (bad) throw InputError(name + ": " + std::to_string(bad) + " NaN or Inf values");
     ready[name] = f;
   }
-  if (!ready["head.weight"].equal(ready["emb.weight"]))
+  if (model->config().tied_embeddings && !ready["head.weight"].equal(ready["emb.weight"]))
     throw InputError("head.weight differs from emb.weight: the series ties the head to the embedding");
   at::NoGradGuard no_grad;
   for (auto& [name, t] : want)
-    if (name != "head.weight") t.copy_(ready[name]);
+    if (name != "head.weight" || !model->config().tied_embeddings) t.copy_(ready[name]);
 }
 
 GPT model_from_checkpoint(const Checkpoint& ck, c10::Device device, const std::string& path, std::vector<std::string>* notes) {

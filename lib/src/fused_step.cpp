@@ -56,6 +56,7 @@ class Laps {
 at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, Kernels kernels) {
   if (&cache != static_cast<KVCache*>(&cache_)) throw std::logic_error("FusedCpuStep: called with a cache it is not bound to");
   const Config& cfg = model.config();
+  cfg.require_seed_architecture("the fused decode step");
   const at::Tensor& E = model.emb->weight;  // (V, d), also the tied head
   const int64_t B = idx.size(0), T = idx.size(1);
   if (kernels != Kernels::Decode || T != 1 || B < 1 || B > kMatvecMaxRows || !idx.device().is_cpu() ||
@@ -93,7 +94,7 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
     auto* blk = m->as<BlockImpl>();
     auto& a = *blk->attn;
     // h = norm1(x); qkv = h Wqkv^T  (B, 3d)
-    raw::layer_norm(x, ptr(blk->norm1->weight), ptr(blk->norm1->bias), static_cast<float>(blk->norm1->options.eps()), h, B, d);
+    raw::layer_norm(x, ptr(blk->norm1->weight), ptr(blk->norm1->bias), static_cast<float>(blk->norm1->eps()), h, B, d);
     laps.lap(FusedStepProfile::Norms);
     raw::matvec(h, ptr(a.qkv->weight), nullptr, nullptr, qkv, B, d, 3 * d);
     laps.lap(FusedStepProfile::QkvProducts);
@@ -130,7 +131,7 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
     std::swap(x, x2);
     laps.lap(FusedStepProfile::OutProducts);
     // x = x + GELU(norm2(x) Wup^T + bup) Wdown^T + bdown
-    raw::layer_norm(x, ptr(blk->norm2->weight), ptr(blk->norm2->bias), static_cast<float>(blk->norm2->options.eps()), h, B, d);
+    raw::layer_norm(x, ptr(blk->norm2->weight), ptr(blk->norm2->bias), static_cast<float>(blk->norm2->eps()), h, B, d);
     laps.lap(FusedStepProfile::Norms);
     raw::matvec(h, ptr(blk->up->weight), ptr(blk->up->bias), nullptr, u, B, d, F, /*apply_gelu=*/true);  // (B, 4d)
     laps.lap(FusedStepProfile::UpProducts);
@@ -139,7 +140,7 @@ at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCac
     laps.lap(FusedStepProfile::DownProducts);
   }
   // logits = norm(x) E^T  (B, V)
-  raw::layer_norm(x, ptr(model.norm->weight), ptr(model.norm->bias), static_cast<float>(model.norm->options.eps()), h, B, d);
+  raw::layer_norm(x, ptr(model.norm->weight), ptr(model.norm->bias), static_cast<float>(model.norm->eps()), h, B, d);
   laps.lap(FusedStepProfile::Norms);
   at::Tensor logits = at::empty({B, V}, E.options());
   raw::matvec(h, ep, nullptr, nullptr, logits.data_ptr<float>(), B, d, V);

@@ -76,6 +76,7 @@ at::Tensor permute_qk_rows(const at::Tensor& qkv, int64_t n_heads, bool inverse)
 
 void write_gguf(const std::string& path, GPT& model, const std::string& name) {
   const Config& c = model->config();
+  c.require_seed_architecture("GGUF export (the gptneox graph of the seed's model)");
   std::vector<std::pair<std::string, at::Tensor>> t;  // in the order llama.cpp's loader lists them
   auto f32 = [](const at::Tensor& x) { return x.detach().to(at::kCPU).to(at::kFloat).contiguous(); };
   t.emplace_back("token_embd.weight", f32(model->emb->weight));

@@ -19,7 +19,9 @@ Int8KVCache::Int8KVCache(int64_t n_layers, int64_t context)
   if (context < 1) throw std::invalid_argument("Int8KVCache: context must be >= 1");
 }
 
-Int8KVCache::Int8KVCache(const Config& cfg) : Int8KVCache(cfg.n_layers, cfg.context) {}
+Int8KVCache::Int8KVCache(const Config& cfg) : Int8KVCache(cfg.n_layers, cfg.context) {
+  cfg.require_seed_architecture("the int8 cache");
+}
 
 at::Tensor Int8KVCache::absmax_scale(const at::Tensor& x) {
   const at::Tensor m = x.abs().amax(-1, /*keepdim=*/true);  // (B, H, T, 1)

@@ -24,8 +24,8 @@ at::Tensor decode_attend(const at::Tensor& q, const at::Tensor& K, const at::Ten
 // the bias and the GELU folded into the products (kernels.h). x (B, T, d) -> (B, T, d).
 at::Tensor blocks_with(GPTImpl& model, at::Tensor x, int64_t start, const AttentionPolicy& policy, KVCache* cache,
                        Kernels k, const at::Tensor& positions) {
-  auto norm = [&](const torch::nn::LayerNorm& n, const at::Tensor& t) {
-    return layer_norm(t, n->weight, n->bias, n->options.eps(), k);
+  auto norm = [&](const Norm& n, const at::Tensor& t) {
+    return layer_norm(t, n->weight, n->bias, n->eps(), k);
   };
   int64_t layer = 0;
   for (const auto& m : *model.blocks) {
@@ -47,7 +47,7 @@ at::Tensor blocks_with(GPTImpl& model, at::Tensor x, int64_t start, const Attent
 
 // GPTImpl::head with `k`: x (..., d) -> (..., V).
 at::Tensor head_with(GPTImpl& model, const at::Tensor& x, Kernels k) {
-  const at::Tensor n = layer_norm(x, model.norm->weight, model.norm->bias, model.norm->options.eps(), k);
+  const at::Tensor n = layer_norm(x, model.norm->weight, model.norm->bias, model.norm->eps(), k);
   return project(n, model.emb->weight, {}, k);
 }
 
@@ -55,7 +55,8 @@ at::Tensor head_with(GPTImpl& model, const at::Tensor& x, Kernels k) {
 
 at::Tensor step_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
                      Kernels kernels) {
-  if (kernels == Kernels::Library) return model.step_unchecked(idx, cache, start, policy);
+  // Our kernels implement the seed's architecture; a zoo member's step is the model's own (SPEC 10).
+  if (kernels == Kernels::Library || !model.config().is_seed_architecture()) return model.step_unchecked(idx, cache, start, policy);
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
   const at::Tensor x = blocks_with(model, model.emb->forward(idx), start, policy, &cache, kernels, {});  // (B, T, d)
   return head_with(model, x.select(1, x.size(1) - 1), kernels);                                         // (B, V)
@@ -63,7 +64,7 @@ at::Tensor step_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int6
 
 at::Tensor step_at_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
                         const AttentionPolicy& policy, Kernels kernels) {
-  if (kernels == Kernels::Library) return model.step_at(idx, cache, positions, policy);
+  if (kernels == Kernels::Library || !model.config().is_seed_architecture()) return model.step_at(idx, cache, positions, policy);
   if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
     throw std::invalid_argument("step_at: positions must be (B, T) like idx");
   const at::Tensor x = blocks_with(model, model.emb->forward(idx), /*start=*/0, policy, &cache, kernels,

@@ -10,7 +10,9 @@
 namespace tinygpt {
 
 RingKVCache::RingKVCache(const Config& cfg)
-    : context_(cfg.context), k_(cfg.n_layers), v_(cfg.n_layers), fed_(cfg.n_layers, 0) {}
+    : context_(cfg.context), k_(cfg.n_layers), v_(cfg.n_layers), fed_(cfg.n_layers, 0) {
+  cfg.require_seed_architecture("the ring cache (CUDA graph)");
+}
 
 std::pair<at::Tensor, at::Tensor> RingKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
   if (layer < 0 || layer >= layers()) throw std::out_of_range("RingKVCache: layer " + std::to_string(layer) + " out of range");

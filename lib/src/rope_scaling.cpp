@@ -33,19 +33,13 @@ at::Tensor powers(double theta, int64_t r) {
 
 int64_t RopeSpec::rotated() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary); }
 
-const char* to_string(RopeScaling::Kind k) {
-  switch (k) {
-    case RopeScaling::Kind::Linear: return "linear";
-    case RopeScaling::Kind::Llama3: return "llama3";
-    case RopeScaling::Kind::Yarn: return "yarn";
-    default: return "none";
-  }
-}
-
-RopeScaling::Kind rope_scaling_kind(const std::string& name) {
-  for (auto k : {RopeScaling::Kind::None, RopeScaling::Kind::Linear, RopeScaling::Kind::Llama3, RopeScaling::Kind::Yarn})
-    if (name == to_string(k)) return k;
-  throw std::invalid_argument("rope: unknown scaling '" + name + "' (none, linear, llama3, yarn)");
+RopeSpec rope_spec(const Config& c) {
+  RopeSpec s;
+  s.theta = c.rope_theta;
+  s.head_dim = c.head_dim();
+  s.partial_rotary = c.partial_rotary;
+  s.scaling = c.rope_scaling;
+  return s;
 }
 
 void validate(const RopeSpec& s) {
@@ -123,26 +117,51 @@ double rope_attention_factor(const RopeSpec& s) {
   return c.factor <= 1 ? 1.0 : 0.1 * std::log(c.factor) + 1.0;
 }
 
-at::Tensor rope_apply(const at::Tensor& x, const at::Tensor& positions, const RopeSpec& s, RopePairing pairing) {
-  const int64_t hd = x.size(-1), r = s.rotated();
-  if (x.dim() < 2 || hd != s.head_dim)
-    throw std::invalid_argument("rope: x must be (..., T, " + std::to_string(s.head_dim) + "), got last dim " + std::to_string(hd));
-  if (positions.dim() != 1 || positions.size(0) != x.size(-2))
-    throw std::invalid_argument("rope: positions must be (T) for x (..., T, hd)");
-  const double m = rope_attention_factor(s);
-  const at::Tensor f = rope_inv_frequencies(s).to(x.device());                    // (r/2)
-  const at::Tensor angles = positions.to(x.device()).to(at::kFloat).unsqueeze(1) * f;  // (T, r/2): one product each, as transformers' matmul
-  const at::Tensor emb = at::cat({angles, angles}, -1);                            // (T, r)
-  const at::Tensor cos = emb.cos() * m, sin = emb.sin() * m;                       // (T, r)
+Rotation::Rotation(const RopeSpec& spec, RopePairing pairing) : spec_(spec), pairing_(pairing) {
+  validate(spec_);
+  inv_freq_ = rope_inv_frequencies(spec_);
+  factor_ = rope_attention_factor(spec_);
+}
+
+at::Tensor Rotation::apply(const at::Tensor& x, const at::Tensor& positions) const {
+  const int64_t hd = x.size(-1);
+  if (x.dim() < 2 || hd != spec_.head_dim)
+    throw std::invalid_argument("rope: x must be (..., T, " + std::to_string(spec_.head_dim) + "), got last dim " + std::to_string(hd));
+  const bool rows = positions.dim() == 2;
+  if (rows ? (x.dim() != 4 || positions.size(0) != x.size(0) || positions.size(1) != x.size(2))
+           : (positions.dim() != 1 || positions.size(0) != x.size(-2)))
+    throw std::invalid_argument("rope: positions must be (T) for x (..., T, hd), or (B, T) for x (B, H, T, hd)");
+  const at::Tensor f = inv_freq_.to(x.device());                                      // (r/2)
+  at::Tensor angles = positions.to(x.device()).to(at::kFloat).unsqueeze(-1) * f;       // (T, r/2) or (B, T, r/2): one product each
+  if (rows) angles = angles.unsqueeze(1);                                              // (B, 1, T, r/2)
+  return rotate(x, angles, factor_);
+}
+
+at::Tensor Rotation::turn(const at::Tensor& x, int64_t delta) const {
+  if (x.dim() < 2 || x.size(-1) != spec_.head_dim)
+    throw std::invalid_argument("rope: x must be (..., T, " + std::to_string(spec_.head_dim) + ")");
+  const at::Tensor angles = inv_freq_.to(x.device()) * static_cast<double>(delta);  // (r/2)
+  return rotate(x, angles, 1.0);
+}
+
+// x (..., T, hd) by `angles` broadcastable to (..., T, r/2), cos and sin times `factor`.
+at::Tensor Rotation::rotate(const at::Tensor& x, const at::Tensor& angles, double factor) const {
+  const int64_t hd = x.size(-1), r = spec_.rotated();
+  const at::Tensor emb = at::cat({angles, angles}, -1);                                // (..., T, r)
+  const at::Tensor cos = emb.cos() * factor, sin = emb.sin() * factor;
   const at::Tensor xf = x.to(at::kFloat);
-  at::Tensor rot = xf.narrow(-1, 0, r);                                            // (..., T, r)
-  if (pairing == RopePairing::Adjacent)  // channels (2j, 2j+1) -> (j, j + r/2), rotated, and back
+  at::Tensor rot = xf.narrow(-1, 0, r);                                                // (..., T, r)
+  if (pairing_ == RopePairing::Adjacent)  // channels (2j, 2j+1) -> (j, j + r/2), rotated, and back
     rot = rot.unflatten(-1, {r / 2, 2}).transpose(-1, -2).flatten(-2);
   const at::Tensor half = at::cat({at::neg(rot.narrow(-1, r / 2, r / 2)), rot.narrow(-1, 0, r / 2)}, -1);  // rotate_half
-  at::Tensor out = rot * cos + half * sin;                                          // (..., T, r)
-  if (pairing == RopePairing::Adjacent) out = out.unflatten(-1, {2, r / 2}).transpose(-1, -2).flatten(-2);
+  at::Tensor out = rot * cos + half * sin;                                              // (..., T, r)
+  if (pairing_ == RopePairing::Adjacent) out = out.unflatten(-1, {2, r / 2}).transpose(-1, -2).flatten(-2);
   if (r < hd) out = at::cat({out, xf.narrow(-1, r, hd - r)}, -1);
   return out.to(x.scalar_type());
+}
+
+at::Tensor rope_apply(const at::Tensor& x, const at::Tensor& positions, const RopeSpec& s, RopePairing pairing) {
+  return Rotation(s, pairing).apply(x, positions);
 }
 
 }  // namespace tinygpt

@@ -143,27 +143,16 @@ Checkpoint read_safetensors_checkpoint(const std::string& path) {
   if (it == tf.metadata.end()) fail(path, "no config in __metadata__ (not a tinygpt checkpoint)");
   Checkpoint ck;
   try {
-    auto c = nlohmann::json::parse(it->second);
-    ck.config.vocab_size = c.at("vocab_size").get<int64_t>();
-    ck.config.d_model = c.at("d_model").get<int64_t>();
-    ck.config.n_heads = c.at("n_heads").get<int64_t>();
-    ck.config.n_layers = c.at("n_layers").get<int64_t>();
-    ck.config.context = c.at("context").get<int64_t>();
-    ck.config.dropout = c.value("dropout", 0.1);
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, std::string("config metadata: ") + e.what());
-  }
-  try {
-    ck.config.validate();
+    ck.config = config_from_json(it->second);  // validates; an unknown knob is refused by name
   } catch (const std::exception& e) {
-    fail(path, e.what());
+    fail(path, std::string("config metadata: ") + e.what());
   }
   if (auto s = tf.metadata.find("step"); s != tf.metadata.end()) ck.step = std::stoll(s->second);
   for (const auto& [k, v] : tf.metadata)
     if (k != "config" && k != "step" && k != "tied") ck.metadata[k] = v;
   ck.tensors = std::move(tf.tensors);
   const bool has_head = std::any_of(ck.tensors.begin(), ck.tensors.end(), [](const auto& p) { return p.first == "head.weight"; });
-  if (!has_head) {
+  if (!has_head && ck.config.tied_embeddings) {
     for (const auto& [name, t] : ck.tensors)
       if (name == "emb.weight") {
         ck.tensors.emplace_back("head.weight", t);  // the tied head
@@ -177,15 +166,13 @@ void write_safetensors_checkpoint(const std::string& path, const Checkpoint& ck,
                                   std::map<std::string, std::string> extra) {
   std::map<std::string, std::string> metadata = ck.metadata;
   for (const auto& [k, v] : extra) metadata[k] = v;
-  nlohmann::json c = {{"vocab_size", ck.config.vocab_size}, {"d_model", ck.config.d_model},
-                      {"n_heads", ck.config.n_heads},       {"n_layers", ck.config.n_layers},
-                      {"context", ck.config.context},       {"dropout", ck.config.dropout}};
-  metadata["config"] = c.dump();
+  metadata["config"] = config_to_json(ck.config);  // the seed's six fields, then any knob (SPEC 10)
   metadata["step"] = std::to_string(ck.step);
-  metadata["tied"] = "head.weight=emb.weight";
+  const bool tied = ck.config.tied_embeddings;
+  if (tied) metadata["tied"] = "head.weight=emb.weight";
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& p : ck.tensors)
-    if (p.first != "head.weight") tensors.push_back(p);
+    if (!tied || p.first != "head.weight") tensors.push_back(p);
   write_safetensors(path, tensors, metadata);
 }
 

@@ -1,15 +1,19 @@
 #include "tinygpt/serving.h"
 
+#include "tinygpt/rope_scaling.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "tinygpt/gpt.h"
 #include "tinygpt/kernel_step.h"
 #include "tinygpt/rope.h"
+#include "tinygpt/rope_scaling.h"
 
 namespace tinygpt {
 
@@ -163,7 +167,7 @@ std::vector<int64_t> RowBatch::add(const std::vector<std::vector<int64_t>>& prom
     if (static_cast<int64_t>(prompts[r].size()) > ctx) continue;  // its positions start past 0: nothing to share
     const auto [slot, shared] = reusable(fed[r], claimed);
     const int64_t keep = slot < 0 ? 0 : schedule_.reused_prefix(shared, static_cast<int64_t>(fed[r].size()));
-    if (keep < 1) continue;
+    if (keep < 1 || !can_roll_back(slots_[slot], slots_[slot].next - keep)) continue;  // a sliding layer kept too few
     Slot& s = slots_[slot];
     s.cache->truncate(s.next - keep);
     s.next = s.peak = keep;
@@ -260,9 +264,25 @@ int64_t RowBatch::fork(int64_t row) {
   return child;
 }
 
+// Whether a row of `next` tokens can drop its newest n and still hold, in every layer, the window the
+// remaining tokens had: a layer that trimmed entries (a sliding layer keeps w - 1 and its rollback
+// history, a full one context and its history) can give back only what it kept.
+bool RowBatch::can_roll_back(const Slot& s, int64_t n) const {
+  const Config& cfg = model_.config();
+  if (!s.cache->save_unsupported().empty()) return true;  // a cache without stored() checks its own truncate
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const int64_t held = s.cache->stored_length(l);
+    if (held - n < std::min(s.next - n, cfg.cache_window(l))) return false;
+  }
+  return true;
+}
+
 void RowBatch::truncate(int64_t row, int64_t n) {
   Slot& s = live(row);
   if (n < 0 || n > s.next) throw std::invalid_argument("RowBatch::truncate: cannot drop " + std::to_string(n) + " tokens");
+  if (!can_roll_back(s, n))
+    throw std::invalid_argument("RowBatch::truncate: row " + std::to_string(row) + " cannot drop " + std::to_string(n) +
+                                " tokens: a layer kept fewer entries than the window the remaining tokens need");
   s.cache->truncate(n);
   s.next -= n;
   s.tokens.resize(s.tokens.size() - static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(s.tokens.size()))));
@@ -276,19 +296,37 @@ void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
                                 std::to_string(keep) + " of a row of " + std::to_string(s.next) + " tokens");
   const std::string why = s.cache->save_unsupported();
   if (!why.empty()) throw std::logic_error(why);
-  const int64_t hd = cfg.d_model / cfg.n_heads, rot = schedule_.shift_rotation(discard);
+  const int64_t hd = cfg.head_dim(), rot = schedule_.shift_rotation(discard);
+  const bool seed_rope = cfg.rope_theta == Config().rope_theta && cfg.partial_rotary == 1 && cfg.rope_pairing == RopePairing::Adjacent &&
+                         cfg.rope_scaling.kind == RopeScaling::Kind::None;
+  std::optional<Rotation> zoo_rope;  // a zoo member's RoPE turns the kept keys back by its own frequencies (SPEC 10)
+  if (!seed_rope) zoo_rope.emplace(rope_spec(cfg), cfg.rope_pairing);
   at::NoGradGuard no_grad;
   std::vector<std::pair<at::Tensor, at::Tensor>> kept(static_cast<size_t>(cfg.n_layers));
   at::Tensor cos, sin;  // (later, hd/2): the angle -rot * 10000^(-2j/hd), in float32 as RoPE's table
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
-    const auto [K, V] = s.cache->stored(l);  // (1, H, S, hd)
-    const int64_t S = K.defined() ? K.size(2) : 0;
-    if (S != s.next)
+    auto [K, V] = s.cache->stored(l);  // (1, G, S, hd): positions next - S .. next - 1
+    const int64_t S = K.defined() ? K.size(2) : 0, lo = s.next - S;
+    if (cfg.window(l) == 0 && S != s.next)
       throw std::invalid_argument("RowBatch::shift: row " + std::to_string(row) + " keeps " + std::to_string(S) + " entries of its " +
                                   std::to_string(s.next) + " tokens; a context shift needs every one (a row inside the window)");
-    const int64_t later = S - keep - discard;
+    // A sliding layer keeps only its window (SPEC 10): the shifted row's next query must still find
+    // the w - 1 keys before it among what the layer holds, counted in the shifted sequence.
+    const int64_t after = s.next - discard, need = std::min(after, cfg.cache_window(l));
+    const int64_t oldest = after - need < keep ? after - need : after - need + discard;  // its old position
+    if (need > 0 && oldest < lo)
+      throw std::invalid_argument("RowBatch::shift: row " + std::to_string(row) + "'s layer " + std::to_string(l) + " keeps positions " +
+                                  std::to_string(lo) + " .. " + std::to_string(s.next - 1) + "; the shifted row needs position " +
+                                  std::to_string(oldest));
+    if (lo > 0) {  // pad the sliding layer's view back to position 0 so the slicing below counts positions
+      K = at::cat({at::zeros({K.size(0), K.size(1), lo, K.size(3)}, K.options()), K}, 2);
+      V = at::cat({at::zeros({V.size(0), V.size(1), lo, V.size(3)}, V.options()), V}, 2);
+    }
+    const int64_t later = s.next - keep - discard;
     at::Tensor k2 = K.narrow(2, keep + discard, later), v2 = V.narrow(2, keep + discard, later);
-    if (later > 0 && rot != 0) {
+    if (later > 0 && rot != 0 && zoo_rope) {
+      k2 = zoo_rope->turn(k2, -rot);
+    } else if (later > 0 && rot != 0) {
       if (!cos.defined()) {
         const auto f32 = at::TensorOptions().dtype(at::kFloat).device(K.device());
         const at::Tensor angle = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd)) * static_cast<double>(-rot);
@@ -297,7 +335,11 @@ void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
       }
       k2 = rope_rotate(k2.contiguous(), cos, sin);
     }
-    kept[static_cast<size_t>(l)] = {at::cat({K.narrow(2, 0, keep), k2}, 2), at::cat({V.narrow(2, 0, keep), v2}, 2)};
+    at::Tensor kk = at::cat({K.narrow(2, 0, keep), k2}, 2), vv = at::cat({V.narrow(2, 0, keep), v2}, 2);  // (1, G, after, hd)
+    // The first shifted position whose entry is real (not padding): positions map monotonically.
+    const int64_t q0 = lo <= keep ? lo : (lo <= keep + discard ? keep : lo - discard);
+    if (lo > 0) kk = kk.narrow(2, q0, after - q0), vv = vv.narrow(2, q0, after - q0);  // drop the padding again
+    kept[static_cast<size_t>(l)] = {kk, vv};
   }
   s.cache->reset();
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
@@ -334,20 +376,26 @@ int64_t RowBatch::restore(const RowState& st) {
   if (static_cast<int64_t>(st.layers.size()) != cfg.n_layers)
     throw std::invalid_argument("RowBatch::restore: a state of " + std::to_string(st.layers.size()) + " layers for a " +
                                 std::to_string(cfg.n_layers) + "-layer model");
-  const int64_t hd = cfg.d_model / cfg.n_heads;
-  int64_t stored = -1;
-  for (const auto& [k, v] : st.layers) {
+  const int64_t hd = cfg.head_dim(), G = cfg.kv_heads();
+  int64_t stored = 0;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const auto& [k, v] = st.layers[static_cast<size_t>(l)];
     const int64_t S = k.defined() ? k.size(2) : 0;
     if (k.defined() != v.defined() || (k.defined() && (k.dim() != 4 || !k.sizes().equals(v.sizes()) || k.size(0) != 1 ||
-                                                       k.size(1) != cfg.n_heads || k.size(3) != hd)))
-      throw std::invalid_argument("RowBatch::restore: a layer's entries are not (1, " + std::to_string(cfg.n_heads) + ", S, " +
+                                                       k.size(1) != G || k.size(3) != hd)))
+      throw std::invalid_argument("RowBatch::restore: a layer's entries are not (1, " + std::to_string(G) + ", S, " +
                                   std::to_string(hd) + ") keys and values");
-    if (stored >= 0 && S != stored) throw std::invalid_argument("RowBatch::restore: the layers keep different numbers of entries");
-    stored = S;
+    // Each layer keeps its own window (a sliding layer fewer entries, SPEC 10) and its rollback history.
+    if (S > cfg.cache_window(l) + kRollbackEntries || S > st.next)
+      throw std::invalid_argument("RowBatch::restore: a row at position " + std::to_string(st.next) + " cannot keep " +
+                                  std::to_string(S) + " entries in layer " + std::to_string(l));
+    if (cfg.window(l) == 0 && stored > 0 && S != stored)
+      throw std::invalid_argument("RowBatch::restore: the layers keep different numbers of entries");
+    if (cfg.window(l) == 0) stored = S;
   }
-  if (st.next < stored || stored > cfg.context + kRollbackEntries || st.peak < st.next)
-    throw std::invalid_argument("RowBatch::restore: a row at position " + std::to_string(st.next) + " cannot keep " +
-                                std::to_string(stored) + " entries");
+  if (st.peak < st.next)
+    throw std::invalid_argument("RowBatch::restore: a row at position " + std::to_string(st.next) + " cannot have peaked at " +
+                                std::to_string(st.peak));
   const int64_t row = take_slot();
   Slot& s = slots_[row];
   const auto dev = model_.emb->weight.device();

@@ -18,7 +18,9 @@ StaticKVCache::StaticKVCache(int64_t n_layers, int64_t context) : context_(conte
   layers_.resize(static_cast<size_t>(n_layers));
 }
 
-StaticKVCache::StaticKVCache(const Config& cfg) : StaticKVCache(cfg.n_layers, cfg.context) {}
+StaticKVCache::StaticKVCache(const Config& cfg) : StaticKVCache(cfg.n_layers, cfg.context) {
+  cfg.require_seed_architecture("the static cache");  // one window, H heads: no sliding layer, no KV groups
+}
 
 int64_t StaticKVCache::reserve(int64_t layer, int64_t B, int64_t H, int64_t T, int64_t hd, const at::TensorOptions& opts) {
   if (layer < 0 || layer >= static_cast<int64_t>(layers_.size()))

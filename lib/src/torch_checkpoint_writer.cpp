@@ -59,6 +59,7 @@ class Pickle {
 }  // namespace
 
 void write_torch_checkpoint(const std::string& path, const Checkpoint& ck) {
+  ck.config.require_seed_architecture("the series' .pt format");  // its config dict has no place for a knob
   Pickle p;
   p.op(0x80);
   p.op(2);

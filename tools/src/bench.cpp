@@ -374,10 +374,11 @@ StepProfile profile_step(GPT& model, const std::string& cache_name, int64_t cont
     for (int64_t l = 0; l < 2 * cfg.n_layers + 1; ++l) layer_norm(x, w, b, 1e-5, path.kernels);
   }));
   at::Tensor qq = at::randn({B, H, 1, hd}, f32), kk = at::randn({B, H, 1, hd}, f32), vv = at::randn({B, H, 1, hd}, f32);
+  const auto rotary = make_rotary(cfg);
   p.parts_us.emplace_back("RoPE on q and k", timed([&] {
     for (int64_t l = 0; l < cfg.n_layers; ++l) {
       at::Tensor a = qq, c = kk, e = vv;
-      path.policy->position(a, c, e, 300);
+      path.policy->position(a, c, e, 300, *rotary);
     }
   }));
   auto store = v.make_cache(cfg);

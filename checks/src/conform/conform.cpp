@@ -134,6 +134,9 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   if (m.format.empty())
     throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx): " + engine_json(m.hello));
   const std::string file = m.tmp.path + "/model." + m.format;
+  // The engines' adapters build the seed's architecture from the file; a zoo member's knobs would be
+  // dropped on the way (issue 53 puts each engine on the architectures it serves).
+  cfg.require_seed_architecture("conform");
   say("writing the model as " + m.format);
   export_model(m.ck, m.model, m.format, file);
   const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},

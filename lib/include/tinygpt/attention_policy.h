@@ -10,32 +10,52 @@
 
 namespace tinygpt {
 
+// How a model turns positions into rotations of q and k: the seed's RoPE (SPEC 2) is this base class;
+// a zoo member's scaled, partial or half-paired RoPE (SPEC 10) another (gpt.h's make_rotary).
+class Rotary {
+ public:
+  virtual ~Rotary() = default;
+  // q (B, H, T, hd) and k (B, G, T, hd) rotated for positions start .. start+T-1.
+  virtual void rotate(at::Tensor& q, at::Tensor& k, int64_t start) const;
+  // The same for rows at positions of their own: positions (B, T) int64.
+  virtual void rotate_rows(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const;
+  // One tensor (B, *, T, hd) rotated for start .. start+T-1.
+  virtual at::Tensor rotate_one(const at::Tensor& x, int64_t start) const;
+};
+
+// The seed's, shared and stateless.
+const Rotary& seed_rotary();
+
 class AttentionPolicy {
  public:
   virtual ~AttentionPolicy() = default;
 
-  // q, k, v: (B, H, T, hd) for tokens at positions start .. start+T-1.
-  // Production: RoPE on q and k with that start; v is never rotated.
-  virtual void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start) const;
+  // q (B, H, T, hd), k and v (B, G, T, hd) for tokens at positions start .. start+T-1; `rotary` is the
+  // model's RoPE. Production: rotary on q and k with that start; v is never rotated.
+  virtual void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& rotary) const;
   // The same for rows at positions of their own (a ragged batch): positions (B, T) int64.
-  virtual void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions) const;
+  virtual void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions,
+                             const Rotary& rotary) const;
 
-  // Additive mask for tq queries over tk keys, (tq, tk) with 0 or -inf, or an undefined
-  // tensor for "no mask". The queries are the LAST tq of the tk positions, so query i may see
-  // key j iff j <= tk - tq + i (bottom-right aligned). Production: no mask when tq == 1.
-  virtual at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const;
+  // Additive mask for tq queries over tk keys, (tq, tk) with 0 or -inf, or an undefined tensor for
+  // "no mask". The queries are the LAST tq of the tk positions, so query i may see key j iff
+  // j <= tk - tq + i (bottom-right aligned) and, in a layer with a sliding window w > 0 (SPEC 10;
+  // 0 for a full layer), j > tk - tq + i - w. Production: no mask when tq == 1 and the window does
+  // not cut the keys.
+  virtual at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const;
 };
 
 // Production policy, shared and stateless.
 const AttentionPolicy& production_policy();
 
 // The window reference of SPEC 4: query i sees keys j with i - window < j <= i (bottom-right
-// aligned). A full forward with window = context + 1 computes, at every position, exactly what
-// the rolling cache computes, including past the window, with no cache at all.
+// aligned), and a sliding layer's own window where that is narrower. A full forward with window =
+// context + 1 computes, at every position, exactly what the rolling cache computes, including past
+// the window, with no cache at all.
 class BandedPolicy final : public AttentionPolicy {
  public:
   explicit BandedPolicy(int64_t window);
-  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts) const override;
+  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override;
 
  private:
   int64_t window_;

@@ -17,6 +17,8 @@
 #include <torch/nn/pimpl.h>
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,9 +52,31 @@ TORCH_MODULE(Linear);
 // all (model_from_checkpoint, through load_weights, which refuses a state dict that leaves one out).
 struct WeightsToFill {};
 
+// A norm over the last dim of width d (SPEC 1's LayerNorm, or SPEC 10's RMSNorm and Gemma's (1 + w)
+// form): weight (d), bias (d) for LayerNorm only. x (..., d) -> (..., d).
+class NormImpl : public torch::nn::Cloneable<NormImpl> {
+ public:
+  NormImpl(int64_t d, NormKind kind, double eps);
+  void reset() override;
+  at::Tensor forward(const at::Tensor& x);
+  double eps() const { return eps_; }
+  NormKind kind() const { return kind_; }
+
+  at::Tensor weight;  // (d): 1 at construction, 0 for the (1 + w) form
+  at::Tensor bias;    // (d) for LayerNorm, else undefined
+
+ private:
+  int64_t d_;
+  NormKind kind_;
+  double eps_;
+};
+TORCH_MODULE(Norm);
+
 class AttentionImpl : public torch::nn::Module {
  public:
-  explicit AttentionImpl(const Config& cfg);
+  // Layer `layer` of a model of `cfg`: its window and the model's rotation (make_rotary(cfg) when
+  // `rotary` is null).
+  explicit AttentionImpl(const Config& cfg, int64_t layer = 0, std::shared_ptr<const Rotary> rotary = nullptr);
 
   // x: (B, T, d) for tokens at positions start .. start+T-1, or at `positions` (B, T) when given
   // (rows at positions of their own). cache == nullptr: attend only among these T tokens. Otherwise
@@ -60,39 +84,58 @@ class AttentionImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
                      KVCache* cache, int64_t layer, const at::Tensor& positions = {});
 
-  // What forward does between the two projections: q, k, v (B, H, T, hd) as projected, positioned
-  // (RoPE at start, or at `positions`), the new keys through the cache, each query against what the
-  // policy's mask and the cache let it see, through `attend` (attention_reference here; the
-  // production path passes its kernel). Returns (B, H, T, hd).
+  // What forward does between the two projections: q (B, H, T, hd), k and v (B, G, T, hd) as projected
+  // (and QK-normed), positioned (RoPE at start, or at `positions`), the new keys through the cache,
+  // each query against what the policy's mask, the layer's window and the cache let it see, through
+  // `attend` (attention_reference here; the production path passes its kernel) for the seed's
+  // architecture, zoo_attention (grouped heads, scale, soft-cap) otherwise. Returns (B, H, T, hd).
   using AttendFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask);
   at::Tensor attend_heads(at::Tensor q, at::Tensor k, at::Tensor v, int64_t start, const AttentionPolicy& policy,
                           KVCache* cache, int64_t layer, const at::Tensor& positions,
                           AttendFn attend = &attention_reference) const;
   int64_t n_heads() const { return n_heads_; }
+  int64_t n_kv_heads() const { return n_kv_; }
+  int64_t window() const { return window_; }
 
-  Linear qkv{nullptr};  // weight (3d, d), no bias
-  Linear out{nullptr};  // weight (d, d), no bias
+  Linear qkv{nullptr};  // weight ((H + 2G) hd, d): q rows, then k, then v, head-major; bias with attn_bias
+  Linear out{nullptr};  // weight (d, H hd); bias with attn_bias
+  Norm q_norm{nullptr}, k_norm{nullptr};  // (hd) each, QK-norm models only
 
  private:
-  int64_t n_heads_;
+  int64_t n_heads_, n_kv_, hd_;
+  int64_t window_;          // the layer's sliding window, 0 for a full layer
+  bool seed_;               // the seed's architecture: attention_reference through `attend`
+  double scale_;            // zoo: the score scale
+  std::optional<double> cap_;  // zoo: the attention soft-cap
+  std::shared_ptr<const Rotary> rotary_;
 };
 TORCH_MODULE(Attention);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const Config& cfg);
-  // x: (B, T, d) -> (B, T, d): x + attn(norm1(x)), then h + mlp(norm2(h)); `positions` (B, T) as
-  // in AttentionImpl::forward.
+  explicit BlockImpl(const Config& cfg, int64_t layer = 0, std::shared_ptr<const Rotary> rotary = nullptr);
+  // x: (B, T, d) -> (B, T, d): x + attn(norm1(x)), then h + mlp(norm2(h)) (SPEC 1), with SPEC 10's
+  // sandwich norms or parallel residual when the config asks; `positions` (B, T) as in
+  // AttentionImpl::forward.
   at::Tensor forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
                      KVCache* cache, int64_t layer, const at::Tensor& positions = {});
+  // The MLP alone: x (B, T, d) -> (B, T, d).
+  at::Tensor mlp_forward(const at::Tensor& x);
 
-  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  Norm norm1{nullptr}, norm2{nullptr};
+  Norm post_attn_norm{nullptr}, post_mlp_norm{nullptr};  // sandwich norms only
   Attention attn{nullptr};
-  // The state dict names the MLP's layers by position (mlp.0, mlp.2; 1 is the GELU), so they stay
-  // in a Sequential; `up` and `down` are the same two modules by name.
+  // The state dict names the seed's MLP layers by position (mlp.0, mlp.2; 1 is the GELU), so they stay
+  // in a Sequential; `up` and `down` are the same two modules by name. A gated MLP's three are
+  // mlp.gate, mlp.up and mlp.down.
   torch::nn::Sequential mlp{nullptr};
-  Linear up{nullptr};    // mlp.0: weight (4d, d), bias (4d)
-  Linear down{nullptr};  // mlp.2: weight (d, 4d), bias (d)
+  Linear gate{nullptr};  // gated MLPs: weight (f, d)
+  Linear up{nullptr};    // weight (f, d), bias (f) with mlp_bias
+  Linear down{nullptr};  // weight (d, f), bias (d) with mlp_bias
+
+ private:
+  bool gated_, sandwich_, parallel_;
+  Activation act_;
 };
 TORCH_MODULE(Block);
 
@@ -134,24 +177,32 @@ class GPTImpl : public torch::nn::Module {
   // batch, serving.h). Returns the last column's logits (B, V).
   at::Tensor step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy);
 
-  // The 64 state-dict entries in the series' order, `head.weight` aliasing `emb.weight`.
+  // The state-dict entries in the series' order (64 for the seed's), `head.weight` aliasing
+  // `emb.weight` when the embeddings are tied.
   std::vector<std::pair<std::string, at::Tensor>> state_dict() const;
   // Parameters with the tied head counted once.
   int64_t parameter_count() const;
 
   torch::nn::Embedding emb{nullptr};
   torch::nn::ModuleList blocks{nullptr};
-  torch::nn::LayerNorm norm{nullptr};
+  Norm norm{nullptr};
+  Linear lm_head{nullptr};  // untied models only: weight (V, d), state-dict name head.weight
 
  private:
-  // The final norm and the tied head: x (..., d) -> logits (..., V).
+  // The final norm, the head and the final soft-cap: x (..., d) -> logits (..., V).
   at::Tensor head(const at::Tensor& x);
+  // The embedding (scaled by sqrt(d) where the config says): idx (B, T) -> (B, T, d).
+  at::Tensor embed(const at::Tensor& idx);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
                         KVCache* cache, const at::Tensor& positions = {});
   void build();
   Config cfg_;
 };
 TORCH_MODULE(GPT);
+
+// The rotation a model of `cfg` positions q and k with: the seed's RoPE (SPEC 2) when every RoPE knob
+// is at its default, else SPEC 10's (rope_scaling.h's Rotation).
+std::shared_ptr<const Rotary> make_rotary(const Config& cfg);
 
 // Validates idx: 2-D, int64, non-empty, ids within [0, vocab). Throws std::invalid_argument.
 void check_token_ids(const at::Tensor& idx, int64_t vocab_size, const char* what);

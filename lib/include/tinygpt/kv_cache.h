@@ -59,6 +59,8 @@ class KVCache {
   // for a rollback; undefined when empty. A new cache given them in one update() per layer continues
   // exactly as this one would.
   virtual std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const;
+  // How many entries `layer` keeps (what stored(layer) would give), without copying them.
+  virtual int64_t stored_length(int64_t layer) const;
 };
 
 // Entries a rolling or static cache keeps beyond the window, so a rollback of up to this many tokens
@@ -66,10 +68,14 @@ class KVCache {
 constexpr int64_t kRollbackEntries = 64;
 
 // The series' cache: per layer, append the new k, v; attend to everything stored plus the
-// new entries (up to context+1 keys for a decode step); then keep only the last `context`.
+// new entries (up to context+1 keys for a decode step); then keep only the last `context`. A zoo
+// member's sliding layer (SPEC 10) keeps its own window instead: the last w - 1, so a decode query
+// sees w keys with its own; each layer's rollback history is its own. Entries have as many heads as
+// the model's KV heads.
 class RollingKVCache final : public KVCache {
  public:
   RollingKVCache(int64_t n_layers, int64_t context);
+  // Layer l keeps cfg.cache_window(l) entries before a step.
   explicit RollingKVCache(const Config& cfg);
 
   std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k,
@@ -83,10 +89,13 @@ class RollingKVCache final : public KVCache {
   void truncate(int64_t n) override;
   std::string save_unsupported() const override { return ""; }
   std::pair<at::Tensor, at::Tensor> stored(int64_t layer) const override;
+  int64_t stored_length(int64_t layer) const override;
 
  private:
-  int64_t context_;
-  // per layer: (B, H, <= context + kRollbackEntries, hd), undefined when empty; the newest `context`
+  explicit RollingKVCache(std::vector<int64_t> windows);
+  int64_t context_;               // the longest window (length() reports against it)
+  std::vector<int64_t> windows_;  // per layer: the entries kept before a step
+  // per layer: (B, G, <= window + kRollbackEntries, hd), undefined when empty; the newest `window`
   // entries are the window, the older ones wait for a rollback.
   std::vector<at::Tensor> k_, v_;
 };

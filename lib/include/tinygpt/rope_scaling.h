@@ -11,20 +11,9 @@
 #include <optional>
 #include <string>
 
-namespace tinygpt {
+#include "tinygpt/config.h"
 
-struct RopeScaling {
-  enum class Kind { None, Linear, Llama3, Yarn };
-  Kind kind = Kind::None;
-  double factor = 1;                 // linear, llama3, YaRN: how far the context is stretched
-  double low_freq_factor = 1;        // llama3
-  double high_freq_factor = 4;       // llama3
-  int64_t original_context = 0;      // llama3, YaRN: the context the model was trained at
-  double beta_fast = 32;             // YaRN: the correction range's ends, in rotations
-  double beta_slow = 1;
-  std::optional<double> attention_factor;  // YaRN: given, or 0.1 ln(factor) + 1 (1 when factor <= 1)
-  bool truncate = true;              // YaRN: the correction range rounded out to whole dimensions
-};
+namespace tinygpt {
 
 struct RopeSpec {
   double theta = 10000;
@@ -35,9 +24,8 @@ struct RopeSpec {
   int64_t rotated() const;
 };
 
-// "none", "linear", "llama3", "yarn" and back; std::invalid_argument naming the known kinds.
-const char* to_string(RopeScaling::Kind k);
-RopeScaling::Kind rope_scaling_kind(const std::string& name);
+// RoPE's knobs of `c` as a spec (theta, head_dim, partial rotary, scaling).
+RopeSpec rope_spec(const Config& c);
 
 // std::invalid_argument("rope: <field> ...") on the first field out of its domain: theta <= 1, a
 // rotated width that is odd or zero, a factor <= 0, llama3's high_freq_factor <= low_freq_factor,
@@ -51,15 +39,34 @@ at::Tensor rope_inv_frequencies(const RopeSpec& spec);
 // What cos and sin are multiplied by: YaRN's attention factor, 1 for every other kind.
 double rope_attention_factor(const RopeSpec& spec);
 
-// Which channels turn together: (2j, 2j+1) - ours, SPEC 2, llama.cpp's NORM - or (j, j + r/2) -
-// transformers' rotate_half, Llama, Qwen3, Gemma, GPT-NeoX, llama.cpp's NEOX. Pair j turns by f_j.
-enum class RopePairing { Adjacent, Halves };
 
-// x (..., T, hd) rotated at `positions` (T) int64, each row t at positions[t]: the first
-// spec.rotated() channels in pairs by angle positions[t] x f_j, cos and sin multiplied by the attention
-// factor, the other channels passed through. In float32 with transformers' operations and order for
-// Halves (x cos + rotate_half(x) sin); Adjacent is the same rotation on interleaved channels. Returns
-// x's shape and dtype.
+// One model's rotation, its frequencies computed once (a decode step rotates with a table lookup and
+// two products, not the scaling's arithmetic again).
+class Rotation {
+ public:
+  Rotation(const RopeSpec& spec, RopePairing pairing);  // validates the spec
+  // x (..., T, hd) rotated at `positions`: (T) int64, row t at positions[t]; or (B, T) for x
+  // (B, H, T, hd), each batch row at positions of its own. The first spec.rotated() channels turn in
+  // pairs by angle p x f_j, cos and sin multiplied by the attention factor, the other channels pass
+  // through. In float32 with transformers' operations and order for Halves (x cos + rotate_half(x)
+  // sin); Adjacent is the same rotation on interleaved channels. Returns x's shape and dtype.
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& positions) const;
+  // x (..., T, hd), already rotated, turned on by `delta` positions with the same frequencies and
+  // WITHOUT the attention factor (a rotation composes; the factor was applied once): a context
+  // shift's re-rotation of cached keys. Returns x's shape and dtype.
+  at::Tensor turn(const at::Tensor& x, int64_t delta) const;
+  const RopeSpec& spec() const { return spec_; }
+  RopePairing pairing() const { return pairing_; }
+
+ private:
+  RopeSpec spec_;
+  RopePairing pairing_;
+  at::Tensor rotate(const at::Tensor& x, const at::Tensor& angles, double factor) const;
+  at::Tensor inv_freq_;  // (r/2) float32, CPU
+  double factor_;
+};
+
+// Rotation(spec, pairing).apply(x, positions).
 at::Tensor rope_apply(const at::Tensor& x, const at::Tensor& positions, const RopeSpec& spec, RopePairing pairing);
 
 }  // namespace tinygpt

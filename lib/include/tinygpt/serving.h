@@ -140,6 +140,7 @@ class RowBatch {
   };
   void advance(Slot& s, int64_t n) { s.next += n, s.peak = std::max(s.peak, s.next); }
   Slot& live(int64_t row);
+  bool can_roll_back(const Slot& s, int64_t n) const;
   int64_t take_slot();
   // The released slot sharing the longest prefix with `prompt` (and how long), not in `taken`; -1 if none.
   std::pair<int64_t, int64_t> reusable(const std::vector<int64_t>& prompt, const std::vector<int64_t>& taken) const;

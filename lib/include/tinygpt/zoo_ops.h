@@ -10,21 +10,13 @@
 #include <cstdint>
 #include <optional>
 
+#include "tinygpt/config.h"
+
 namespace tinygpt {
 
-enum class NormKind {
-  LayerNorm,       // (x - mean) / sqrt(var + eps) * w + b
-  RMSNorm,         // x / sqrt(mean(x^2) + eps) * w, in float32 (Llama, Mistral, Qwen3)
-  RMSNormPlusOne,  // x / sqrt(mean(x^2) + eps) * (1 + w), in float32 (Gemma)
-};
 // x (..., d) over its last dim; w (d), b (d) for LayerNorm (undefined: none). Returns x's shape and dtype.
 at::Tensor zoo_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, NormKind kind);
 
-enum class Activation {
-  GeluErf,   // x/2 (1 + erf(x / sqrt 2)): the seed's
-  GeluTanh,  // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): Gemma's gelu_pytorch_tanh
-  Silu,      // x sigmoid(x): Llama's, Mistral's, Qwen3's
-};
 at::Tensor activate(const at::Tensor& x, Activation a);
 
 // down(act(gate(x)) * up(x)) with no biases: x (..., d), gate and up (f, d), down (d, f) -> (..., d).
