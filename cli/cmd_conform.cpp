@@ -38,8 +38,8 @@ Command add_conform(CLI::App& app) {
       "be run at all (it does not start, hello or load fails, an answer is not JSON, it dies or times out).");
   auto& c = o->conform;
   cmd->add_option("--engine", c.engine, "the engine's command line, run through /bin/sh -c")->required();
-  cmd->add_option("--checkpoint", c.checkpoint, "model to check on (.pt or .safetensors; default: the shipped fixture)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--checkpoint", c.checkpoint, "model to check on (.pt, .safetensors, or a Hugging Face directory; default: the shipped fixture)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--tokens", c.tokens, "greedy tokens of the main run (past the window when > context - 3)")
       ->capture_default_str()->check(kPositive);
   cmd->add_option("--tolerance", c.tolerance.logits, "largest |logit difference| allowed against our reference model")

@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "tinygpt/torch_checkpoint.h"
 #include "tinygpt/tools/train.h"
+#include "tinygpt/zoo.h"
 #include "tinygpt/checks/data.h"
 #include "tinygpt/checks/export.h"
 #include "tinygpt/device.h"
@@ -39,8 +40,8 @@ Command add_export(CLI::App& app) {
   cmd->add_option("--format", o->format, "gguf, onnx, pt or safetensors")->required()
       ->check(CLI::IsMember(checks::export_formats()));
   cmd->add_option("OUT", o->out, "output file")->required();
-  cmd->add_option("--checkpoint", o->checkpoint, "model to export (.pt or .safetensors; default: the shipped fixture)")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--checkpoint", o->checkpoint, "model to export (.pt, .safetensors, or a Hugging Face directory; default: the shipped fixture)")
+      ->check(CLI::ExistingPath);
   return {cmd, [o] {
             const std::string in = o->checkpoint.empty() ? checks::data_dir() + "/fixture.safetensors" : o->checkpoint;
             Checkpoint ck = read_any_checkpoint(in);
@@ -57,8 +58,11 @@ Command add_convert(CLI::App& app) {
   auto meta = std::make_shared<std::vector<std::string>>();
   CLI::App* cmd = app.add_subcommand("convert",
                                      "Convert a checkpoint between the series' .pt format and .safetensors (by OUT's\n"
-                                     "extension). Validates every tensor against the config first; writes atomically.");
-  cmd->add_option("IN", *in, "input checkpoint (.pt or .safetensors)")->required()->check(CLI::ExistingFile);
+                                     "extension), or a Hugging Face directory (config.json + model.safetensors of a\n"
+                                     "Llama, Mistral, Qwen3, Gemma 2 or GPT-NeoX model) into .safetensors. Validates every\n"
+                                     "tensor against the config first; writes atomically. A model with SPEC 10's\n"
+                                     "architecture knobs has no .pt form (the series' config has no place for them).");
+  cmd->add_option("IN", *in, "input checkpoint (.pt, .safetensors, or a Hugging Face directory)")->required()->check(CLI::ExistingPath);
   cmd->add_option("OUT", *out, "output path ending in .pt or .safetensors")->required();
   cmd->add_option("--meta", *meta, "KEY=VALUE provenance to add to a .safetensors output (repeatable)");
   return {cmd, [in, out, meta] {
@@ -147,6 +151,13 @@ Command add_train(CLI::App& app) {
   cmd->add_option("--lr", o->lr, "peak learning rate")->capture_default_str()->check(kPositive);
   cmd->add_option("--eval-every", o->eval_every, "steps between validations")->capture_default_str()->check(kPositive);
   cmd->add_option("--seed", o->seed, "seed of weights, windows and validation batches")->capture_default_str();
+  cmd->add_option("--arch", o->arch, "a zoo member's architecture instead of the seed's (llama, mqa, mistral, gemma2, qwen3,\n"
+                                      "neox: docs/SPEC.md section 10)")
+      ->check([](const std::string& a) -> std::string {
+        for (const auto& n : zoo_names())
+          if (a == n) return "";
+        return "unknown zoo member '" + a + "' (llama, mqa, mistral, gemma2, qwen3, neox)";
+      });
   cmd->add_option("--max-minutes", o->max_minutes, "stop (saved) after this long; 0 = no limit")->capture_default_str();
   cmd->add_flag("--resume", o->resume, "continue from --out's last validation (weights, optimizer, window generator, log)");
   add_run_options(cmd, *run);
@@ -154,7 +165,7 @@ Command add_train(CLI::App& app) {
             const c10::Device dev = apply_run_options(*run);
             std::ostringstream c;
             c << "tinygpt train --corpus " << o->corpus << " --tokenizer " << o->tokenizer << " --steps " << o->steps
-              << " --batch " << o->batch << " --seed " << o->seed;
+              << " --batch " << o->batch << " --seed " << o->seed << (o->arch.empty() ? "" : " --arch " + o->arch);
             o->command = c.str();
             const auto s = tools::train(*o, dev, [](const std::string& l) { std::cerr << l << "\n"; });
             std::cout << "trained " << s.steps_done << " steps in " << s.seconds << " s; best val " << s.best_val

@@ -30,8 +30,8 @@ struct FixtureOptions {
   std::string dir, checkpoint, tokenizer;
   void add(CLI::App* cmd, const char* dir_help) {
     cmd->add_option("--dir", dir, dir_help);
-    cmd->add_option("--checkpoint", checkpoint, "another model (.pt or .safetensors) instead of the shipped fixture")
-        ->check(CLI::ExistingFile);
+    cmd->add_option("--checkpoint", checkpoint, "another model (.pt, .safetensors, or a Hugging Face directory: config.json + model.safetensors) instead of the shipped fixture")
+        ->check(CLI::ExistingPath);
     cmd->add_option("--tokenizer", tokenizer, "its tokenizer.json (default: <dir>/tokenizer.json)")->check(CLI::ExistingFile);
   }
   bool shipped() const { return checkpoint.empty(); }

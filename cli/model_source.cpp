@@ -9,8 +9,8 @@
 namespace tinygpt::cli {
 
 void add_model_options(CLI::App* cmd, ModelSource& src) {
-  cmd->add_option("--checkpoint", src.checkpoint, "model checkpoint: the series' .pt or a .safetensors")
-      ->check(CLI::ExistingFile);
+  cmd->add_option("--checkpoint", src.checkpoint, "model checkpoint: the series' .pt, a .safetensors, or a Hugging Face directory (config.json + model.safetensors)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--weight-seed", src.weight_seed, "seed of the untrained weights (without --checkpoint)")
       ->capture_default_str();
 }

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "tinygpt/errors.h"
+#include "tinygpt/hf_checkpoint.h"
 #include "tinygpt/safetensors.h"
 #include "tinygpt/kernel_step.h"
 #include "tinygpt/torch_checkpoint.h"
@@ -20,8 +21,9 @@ namespace {
 }  // namespace
 
 Checkpoint read_any_checkpoint(const std::string& path) {
+  if (is_hf_directory(path)) return read_hf_checkpoint(path);  // config.json + model.safetensors
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail(path, "a directory, not a checkpoint file");
+  if (std::filesystem::is_directory(path, ec)) fail(path, "a directory without config.json (not a Hugging Face checkpoint)");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open checkpoint");
   char magic[2] = {0, 0};

@@ -82,6 +82,24 @@ def make_files(d):
     safetensors(p("absurd.safetensors"), b"{}", b"", length=2**62)
     safetensors(p("size_mismatch.safetensors"), {"a": {"dtype": "F32", "shape": [5], "data_offsets": [0, 16]}}, f32)
     safetensors(p("huge_shape.safetensors"), {"a": {"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 16]}}, f32)
+    # Hugging Face checkpoint directories that --checkpoint DIR must refuse by name
+    hf = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 8, "hidden_size": 8,
+          "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 1, "intermediate_size": 8,
+          "max_position_embeddings": 4, "hidden_act": "silu", "rms_norm_eps": 1e-6}
+    emb = struct.pack("<64f", *([0.5] * 64))
+    for name, cfg, weights in [
+        ("hf-falcon", dict(hf, model_type="falcon", architectures=["FalconForCausalLM"]), True),
+        ("hf-act", dict(hf, hidden_act="relu"), True),
+        ("hf-mscale", dict(hf, rope_parameters={"rope_type": "yarn", "factor": 4.0, "mscale": 1.0}), True),
+        ("hf-kv", dict(hf, num_key_value_heads=3), True),
+        ("hf-noweights", hf, False),
+        ("hf-short", hf, True),
+    ]:
+        os.makedirs(p(name), exist_ok=True)
+        json.dump(cfg, open(os.path.join(p(name), "config.json"), "w"))
+        if weights:  # the embedding alone: every other tensor is missing
+            safetensors(os.path.join(p(name), "model.safetensors"),
+                        {"model.embed_tokens.weight": {"dtype": "F32", "shape": [8, 8], "data_offsets": [0, 256]}}, emb)
     # tokenizers
     json.dump({"merges": [[32, 300]]}, open(p("tok_future.json"), "w"))
     json.dump({"merges": [[-1, 32]]}, open(p("tok_negative.json"), "w"))
@@ -150,6 +168,13 @@ def cases(d, fixture_dir):
         ("tokenizer merge of itself (a cycle)", enc("tok_self.json"), "merge 0", None),
         ("tokenizer without merges", enc("tok_nomerges.json"), "merges", None),
         ("missing checkpoint file", gen("no-such-file.pt"), "no-such-file.pt", None),
+        ("HF directory of another architecture", gen("hf-falcon"), "falcon", None),
+        ("a directory that is no checkpoint", gen("golden-empty"), "config.json", None),
+        ("HF activation no knob expresses", gen("hf-act"), "hidden_act", None),
+        ("HF YaRN with mscale", gen("hf-mscale"), "mscale", None),
+        ("HF KV heads not dividing the heads", gen("hf-kv"), "n_kv_heads", None),
+        ("HF directory without model.safetensors", gen("hf-noweights"), "model.safetensors", None),
+        ("HF weights missing a tensor", gen("hf-short"), "model.layers.0.input_layernorm.weight", None),
         ("empty prompt", ["generate", "--ids", "", "--tokens", "1"], "--ids", None),
         ("id outside the vocabulary", ["generate", "--ids", "1,4096"], "4096", None),
         ("negative id", ["generate", "--ids", "-1"], "-1", None),

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tinygpt/zoo.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/atomic_file.h"
 #include "tinygpt/device.h"
@@ -87,7 +88,7 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
   const std::string text = read_file(o.corpus);
   log("train: encoding " + std::to_string(text.size()) + " bytes of corpus");
   const std::vector<int64_t> all = tok.encode(text);
-  Config cfg;
+  Config cfg = o.arch.empty() ? Config{} : zoo_config(o.arch);  // SPEC 10's knobs for a zoo member
   cfg.vocab_size = tok.vocab_size();
   cfg.validate();
   const int64_t T = cfg.context;

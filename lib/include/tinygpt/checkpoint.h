@@ -25,7 +25,8 @@ struct Checkpoint {
   std::map<std::string, std::string> metadata;              // provenance carried by safetensors files
 };
 
-// A .pt (zip) or .safetensors file, told apart by content, not by name. InputError naming `path`.
+// A .pt (zip) or .safetensors file, told apart by content, not by name, or a Hugging Face checkpoint
+// directory (hf_checkpoint.h). InputError naming `path`.
 Checkpoint read_any_checkpoint(const std::string& path);
 
 // Validates `tensors` against the model's config and copies them in: missing or unexpected names

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""`--checkpoint DIR` (lib hf_checkpoint.h) against transformers itself: in the forky chroot transformers
+5.12 writes a randomly initialised LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
+Gemma2ForCausalLM and GPTNeoXForCausalLM (hf_models.py: head_dim 48, 3 KV heads of 6, 5 layers, a
+sliding window of 8, llama3 and YaRN scaling acting inside the prompt, soft-caps that bind) and its
+own logits for a 40-token prompt; our loader reads each directory and our model's logits must equal
+them within 1e-4 at every position. Then six converter bugs planted in what our loader read - each
+must be caught on exactly the members with that feature.
+
+  hf_vs_transformers.py ZOO_HF_DUMP
+The models are written under $TMPDIR (the one folder the chroot shares by its own path) and removed.
+Exit 0 when all hold; 1 otherwise; 77 (ctest's skip) when the forky chroot (ci/forky.sh) is not there.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from zoo_common import SKIP, plants_caught, transformers_answer
+
+TOL = 1e-4
+PLANTS = {
+    "no-sliding": ["gemma2", "mistral"],
+    "no-softcap": ["gemma2"],
+    "no-qk-norm": ["qwen3"],
+    "full-rotary": ["neox"],
+    "no-rope-scaling": ["llama", "qwen3"],
+    "sequential-residual": ["neox"],
+}
+
+
+def ours(dump, folder, ids, plant=None):
+    cmd = [dump, folder, ",".join(str(i) for i in ids)] + (["--plant", plant] if plant else [])
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        return None, run.stderr.strip()
+    return json.loads(run.stdout), ""
+
+
+def apart(mine, theirs):
+    if mine is None or len(mine) != len(theirs):
+        return float("inf")
+    return max(abs(a - b) for r, s in zip(mine, theirs) for a, b in zip(r, s))
+
+
+def main():
+    dump = sys.argv[1]
+    with tempfile.TemporaryDirectory(prefix="tinygpt-hf-") as work:
+        return judge(dump, work)
+
+
+def judge(dump, work):
+    doc = transformers_answer("hf_models.py", work)
+    if isinstance(doc, str):
+        print("SKIP:", doc)
+        return SKIP
+    versions = doc.pop("_versions")
+    print("transformers %s, torch %s in the forky chroot" % (versions["transformers"], versions["torch"]))
+    ok = True
+    for name, theirs in sorted(doc.items()):
+        mine, err = ours(dump, os.path.join(work, name), theirs["ids"])
+        d = apart(mine and mine["logits"], theirs["logits"])
+        good = d <= TOL
+        ok &= good
+        print("  %-8s %-20s max |ours - transformers| = %s (logits up to %.1f)%s" % (
+            name, theirs["class"], "%.2e" % d if d != float("inf") else "-",
+            max(abs(x) for r in theirs["logits"] for x in r), "" if good else "  FAIL " + err))
+
+    def differing(plant):
+        return [n for n, t in doc.items() if apart((ours(dump, os.path.join(work, n), t["ids"], plant)[0] or {}).get("logits"),
+                                                   t["logits"]) > TOL]
+
+    ok &= plants_caught(PLANTS, differing)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
