@@ -19,6 +19,7 @@
 #include "tinygpt/checks/report.h"
 #include "tinygpt/checks/verify.h"
 #include "tinygpt/errors.h"
+#include "tinygpt/zoo.h"
 
 namespace tinygpt::cli {
 
@@ -27,16 +28,24 @@ namespace {
 // The golden folder and model a command works on: the shipped fixture unless --checkpoint names
 // another model (its tokenizer from --tokenizer or <dir>/tokenizer.json; its goldens in --dir).
 struct FixtureOptions {
-  std::string dir, checkpoint, tokenizer;
+  std::string dir, checkpoint, tokenizer, model;
   void add(CLI::App* cmd, const char* dir_help) {
     cmd->add_option("--dir", dir, dir_help);
-    cmd->add_option("--checkpoint", checkpoint, "another model (.pt, .safetensors, or a Hugging Face directory: config.json + model.safetensors) instead of the shipped fixture")
-        ->check(CLI::ExistingPath);
+    auto* ck = cmd->add_option("--checkpoint", checkpoint,
+                               "another model (.pt, .safetensors, or a Hugging Face directory: config.json + model.safetensors)\n"
+                               "instead of the shipped fixture")
+                   ->check(CLI::ExistingPath);
+    cmd->add_option("--model", model, kModelHelp)->excludes(ck);
     cmd->add_option("--tokenizer", tokenizer, "its tokenizer.json (default: <dir>/tokenizer.json)")->check(CLI::ExistingFile);
   }
-  bool shipped() const { return checkpoint.empty(); }
+  bool shipped() const { return checkpoint.empty() && model.empty(); }
   // Throws std::invalid_argument when a custom model has no tokenizer to use.
   checks::Fixture load(c10::Device dev, bool need_dir) const {
+    if (!model.empty()) {  // a zoo member: its folder holds the checkpoint and goldens; the fixture's tokenizer
+      const std::string member = zoo_member_dir(model), d = dir.empty() ? member : dir;
+      return checks::load_fixture(member + "/model.safetensors", tokenizer.empty() ? checks::data_dir() + "/tokenizer.json" : tokenizer,
+                                  d, dev);
+    }
     if (shipped()) return checks::load_fixture(dir.empty() ? checks::data_dir() : dir, dev);
     if (need_dir && dir.empty()) throw std::invalid_argument("--checkpoint needs --dir: the folder of that model's golden files");
     const std::string tok = !tokenizer.empty() ? tokenizer : dir.empty() ? "" : dir + "/tokenizer.json";
@@ -132,6 +141,7 @@ Command add_verify(CLI::App& app) {
     bool require_batch_invariance = false;
     bool require_thread_invariance = false;
     bool full_matrix = false;
+    bool zoo = false;
     ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
@@ -141,7 +151,8 @@ Command add_verify(CLI::App& app) {
       "one) through every equivalence check at batch 1 and at a batch of three prompts, the fault matrix, the\n"
       "goldens through every production cache, and the sampler self-check. With --checkpoint, the same on\n"
       "your model (goldens when --dir holds golden files recorded for it: `tinygpt golden update --dir D\n"
-      "--checkpoint F --tokenizer T`). Prints one summary table, writes a JSON report (and JUnit XML with\n"
+      "--checkpoint F --tokenizer T`); with --model zoo:NAME on a zoo member, its goldens beside it (the caches\n"
+      "and faults stated for the seed's architecture only are left out, each with the reason). Prints one summary table, writes a JSON report (and JUnit XML with\n"
       "--junit), exits 1 on any failure. Independent runs (the fault matrix's, the batch of three, the\n"
       "goldens per cache) go side by side on the CPU, one per --threads, each on one thread.");
   o->fixture.add(cmd, "golden folder (default: the shipped fixture's)");
@@ -165,9 +176,47 @@ Command add_verify(CLI::App& app) {
                 "fail thread-counts on any difference between a cache's run at 1 thread and at 2 or every core (default: "
                 "only over the tolerance)");
   o->report.add(cmd, /*bench=*/true);
+  cmd->add_flag("--zoo", o->zoo,
+                "run verify on every zoo member trained here (golden/zoo/NAME/; docs/SPEC.md section 10) in turn: one JSON\n"
+                "report each (--json's name with -NAME before .json), a summary line each with its time, exit 1 if any fails")
+      ->excludes("--checkpoint")
+      ->excludes("--model")
+      ->excludes("--junit");
+  // One verify run: the model, the report, its files. True when every check passed.
+  auto run_verify_once = [](const Opts& o, checks::VerifyOptions vo, c10::Device dev, const nlohmann::json& bench) {
+    checks::Fixture fx = o.fixture.load(dev, /*need_dir=*/false);
+    const std::string model = o.fixture.shipped()          ? fx.dir + "/fixture.safetensors"
+                              : !o.fixture.model.empty() ? o.fixture.model + " (" + fx.dir + "/model.safetensors)"
+                                                          : o.fixture.checkpoint;
+    vo.progress("model " + model + ", weights digest " + checks::model_digest(fx.model));
+    checks::VerifyReport rep = checks::run_verify(fx, vo);
+    rep.subject = "model " + model + " (weights digest " + checks::model_digest(fx.model) + "), " +
+                  std::to_string(o.tokens) + " greedy tokens from ids [1, 2, 3]";
+    std::cout << checks::format_table(rep.rows, "verify");
+    if (!rep.matrix.faults.empty()) std::cout << "\nfault matrix:\n" << checks::format_injection(rep.matrix);
+    else std::cout << "\nfault matrix: no fault run" << (o.fixture.shipped() || o.faults == "none" ? "" : " (see the lines above: left out)") << "\n";
+    for (const auto& c : rep.matrix.controls)
+      if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
+    results::write_json_atomically(o.json, with_provenance(checks::to_json(rep), dev));
+    if (!o.junit.empty()) write_text_atomically(o.junit, checks::junit_xml(rep.rows, "tinygpt.verify"));
+    if (o.report.any()) {
+      tools::ReportInput in;
+      in.command = "verify";
+      in.subject = rep.subject;
+      in.rows = rep.rows;
+      in.injection = &rep.matrix;
+      if (!rep.kv.empty()) in.kv = &rep.kv;
+      in.bench = bench;
+      in.provenance = report_provenance(dev);
+      in.context = fx.model->config().context;
+      write_reports(o.report, in);
+    }
+    return rep.passed();
+  };
   add_run_options(cmd, o->run);
-  return {cmd, [o] {
+  return {cmd, [o, run_verify_once] {
             const c10::Device dev = apply_run_options(o->run);
+            if (o->zoo && o->report.any()) throw std::invalid_argument("--zoo writes JSON reports only (--html/--markdown: use --model zoo:NAME)");
             const nlohmann::json bench = read_bench_json(o->report.bench_json);  // a bad file fails before the run
             checks::VerifyOptions vo;
             vo.device = dev;
@@ -189,31 +238,34 @@ Command add_verify(CLI::App& app) {
             }
             // One write per line: the runs report from several threads.
             vo.progress = [](const std::string& s) { std::cerr << ("verify: " + s + "\n"); };
-            checks::Fixture fx = o->fixture.load(dev, /*need_dir=*/false);
-            const std::string model = o->fixture.shipped() ? fx.dir + "/fixture.safetensors" : o->fixture.checkpoint;
-            vo.progress("model " + model + ", weights digest " + checks::model_digest(fx.model));
-            checks::VerifyReport rep = checks::run_verify(fx, vo);
-            rep.subject = "model " + model + " (weights digest " + checks::model_digest(fx.model) + "), " +
-                          std::to_string(o->tokens) + " greedy tokens from ids [1, 2, 3]";
-            std::cout << checks::format_table(rep.rows, "verify");
-            std::cout << "\nfault matrix:\n" << checks::format_injection(rep.matrix);
-            for (const auto& c : rep.matrix.controls)
-              if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
-            results::write_json_atomically(o->json, with_provenance(checks::to_json(rep), dev));
-            if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.verify"));
-            if (o->report.any()) {
-              tools::ReportInput in;
-              in.command = "verify";
-              in.subject = rep.subject;
-              in.rows = rep.rows;
-              in.injection = &rep.matrix;
-              if (!rep.kv.empty()) in.kv = &rep.kv;
-              in.bench = bench;
-              in.provenance = report_provenance(dev);
-              in.context = fx.model->config().context;
-              write_reports(o->report, in);
+            if (o->zoo) {  // every member in turn, each as --model zoo:NAME would run it
+              std::vector<std::string> lines;
+              bool all_ok = true;
+              for (const auto& name : zoo_names()) {
+                Opts one = *o;
+                one.zoo = false;
+                one.fixture.model = "zoo:" + name;
+                const auto dot = o->json.rfind(".json");
+                one.json = (dot == std::string::npos ? o->json : o->json.substr(0, dot)) + "-" + name + ".json";
+                const auto t0 = std::chrono::steady_clock::now();
+                std::string verdict;
+                try {
+                  const bool ok = run_verify_once(one, vo, dev, bench);
+                  all_ok &= ok;
+                  verdict = ok ? "PASS" : "FAIL";
+                } catch (const InputError& e) {  // a member not trained in this install
+                  verdict = std::string("not run: ") + e.what();
+                }
+                const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                std::ostringstream l;
+                l << "zoo:" << name << "  " << verdict << "  " << static_cast<int64_t>(sec) << " s  " << one.json;
+                lines.push_back(l.str());
+              }
+              std::cout << "\nzoo:\n";
+              for (const auto& l : lines) std::cout << "  " << l << "\n";
+              return all_ok ? int(kOk) : int(kCheckFailed);
             }
-            return rep.passed() ? int(kOk) : int(kCheckFailed);
+            return run_verify_once(*o, vo, dev, bench) ? int(kOk) : int(kCheckFailed);
           }};
 }
 

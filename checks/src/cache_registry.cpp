@@ -6,6 +6,15 @@
 
 namespace tinygpt::checks {
 
+std::string CacheVariant::unsupported(const Config& cfg) const {
+  try {
+    make_cache(cfg);  // a cache refuses a config it cannot hold when it is made (StaticKVCache(cfg), ...)
+    return "";
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+}
+
 Decoder CacheVariant::decoder(const Config& cfg) const {
   Decoder d;
   d.cache = make_cache(cfg);

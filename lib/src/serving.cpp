@@ -264,13 +264,15 @@ int64_t RowBatch::fork(int64_t row) {
   return child;
 }
 
-// Whether a row of `next` tokens can drop its newest n and still hold, in every layer, the window the
-// remaining tokens had: a layer that trimmed entries (a sliding layer keeps w - 1 and its rollback
-// history, a full one context and its history) can give back only what it kept.
+// Whether a row of `next` tokens can drop its newest n and still hold, in every sliding layer (SPEC 10:
+// it keeps w - 1 entries and its rollback history), the window the remaining tokens had. Full layers
+// are the seed's: what they may give back is the serving schedule's and the cache's to decide (a
+// fault in either must show as the wrong window it computes, not as a refusal here).
 bool RowBatch::can_roll_back(const Slot& s, int64_t n) const {
   const Config& cfg = model_.config();
-  if (!s.cache->save_unsupported().empty()) return true;  // a cache without stored() checks its own truncate
+  if (!cfg.has_sliding() || !s.cache->save_unsupported().empty()) return true;
   for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    if (cfg.window(l) == 0) continue;
     const int64_t held = s.cache->stored_length(l);
     if (held - n < std::min(s.next - n, cfg.cache_window(l))) return false;
   }

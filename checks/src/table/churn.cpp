@@ -74,35 +74,54 @@ bool ChurnShape::applicable(const ChurnOp& op) const {
     case K::Fork: return ops.has(Op::Fork) && live() < max_live;
     case K::Release: return true;
     // SPEC 4's window after a rollback is over the sequence that remains: the cache must still hold it.
-    case K::Truncate: return ops.has(Op::Truncate) && op.n >= 1 && op.n < r.next && r.stored - op.n >= std::min(r.next - op.n, context);
+    case K::Truncate:
+      return ops.has(Op::Truncate) && op.n >= 1 && op.n < r.next && r.stored - op.n >= std::min(r.next - op.n, context) &&
+             (sliding == 0 || r.local - op.n >= std::min(r.next - op.n, sliding - 1));
     case K::Extend: return ops.has(Op::Extend) && op.n >= 1 && r.next + op.n <= context;  // a chunk ends inside the window
-    case K::Shift: return ops.has(Op::Shift) && op.keep >= 0 && op.n >= 1 && op.keep + op.n < r.next && r.next <= context && r.stored == r.next;
+    case K::Shift:
+      return ops.has(Op::Shift) && op.keep >= 0 && op.n >= 1 && op.keep + op.n < r.next && r.next <= context && r.stored == r.next &&
+             sliding_keeps(r, op.keep, op.n);
     case K::Save: return ops.has(Op::Save);
     default: return false;
   }
 }
 
+bool ChurnShape::sliding_keeps(const Row& r, int64_t keep, int64_t n) const {
+  if (sliding == 0) return true;
+  const int64_t after = r.next - n, need = std::min(after, sliding - 1), oldest = after - need;
+  return need == 0 || (oldest < keep ? oldest : oldest + n) >= r.next - r.local;
+}
+
 void ChurnShape::apply(const ChurnOp& op) {
   if (!applicable(op)) throw std::logic_error("churn: '" + to_string(op) + "' does not apply here");
-  const int64_t keep = context + kRollbackEntries;
-  auto feed = [&](Row& r, int64_t n) { r.next += n, r.stored = std::min(r.stored + n, keep); };
+  const int64_t keep = context + kRollbackEntries, local_keep = sliding > 0 ? sliding - 1 + kRollbackEntries : 0;
+  auto feed = [&](Row& r, int64_t n) {
+    r.next += n, r.stored = std::min(r.stored + n, keep);
+    r.local = std::min(r.local + n, local_keep);
+  };
   using K = ChurnOp::Kind;
   switch (op.kind) {
-    case K::Admit: rows.push_back({true, op.n, op.n, 0}); break;
+    case K::Admit:
+      rows.push_back({true, op.n, op.n, 0});
+      rows.back().local = std::min(op.n, local_keep);
+      break;
     case K::Step:
       for (int64_t r : op.rows) feed(rows[r], op.n);
       break;
     case K::Fork: rows.push_back(rows[op.rows[0]]); break;
     case K::Truncate: {
       Row& r = rows[op.rows[0]];
-      r.next -= op.n, r.stored -= op.n, ++r.rollbacks;
+      r.next -= op.n, r.stored -= op.n, r.local -= op.n, ++r.rollbacks;
       break;
     }
     case K::Release: rows[op.rows[0]].live = false; break;
     case K::Extend: feed(rows[op.rows[0]], op.n); break;
     case K::Shift: {
       Row& r = rows[op.rows[0]];
+      // A sliding layer keeps the shifted row from the first position it held (RowBatch::shift).
+      const int64_t lo = r.next - r.local, q0 = lo <= op.keep ? lo : lo <= op.keep + op.n ? op.keep : lo - op.n;
       r.next -= op.n, r.stored -= op.n, ++r.rollbacks, r.shifted = true;
+      r.local = std::min(r.next - q0, local_keep);
       break;
     }
     case K::Save: saved.push_back(rows[op.rows[0]]); break;
@@ -113,6 +132,7 @@ void ChurnShape::apply(const ChurnOp& op) {
 ChurnRun::ChurnRun(DecodeTarget& target, GPT& model, int64_t max_live, const ChurnOps& ops)
     : target_(target), model_(model), vocab_(model->config().vocab_size) {
   shape_.context = model->config().context;
+  shape_.sliding = model->config().has_sliding() ? model->config().sliding_window : 0;
   shape_.max_live = max_live;
   shape_.ops = ops;
   target_.reset();
@@ -258,7 +278,7 @@ void ChurnRun::apply(const ChurnOp& op) {
         // and its reference from here on is the model's own entries of one forward of it, shifted.
         row.expected = references_of(model_, row);
         at::NoGradGuard no_grad;
-        entries_[k] = std::make_shared<ReferenceEntries>(model_->config().n_layers);
+        entries_[k] = std::make_shared<ReferenceEntries>(model_->config());
         const at::Tensor x = at::tensor(row.seq, at::kLong).unsqueeze(0).to(model_->emb->weight.device());  // (1, L)
         model_->step(x, *entries_[k], 0);
       }

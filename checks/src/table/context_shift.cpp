@@ -74,14 +74,17 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   // so a fault shows at the shift that exposed it.
   at::NoGradGuard no_grad;
   const auto dev = c.opts.prompt.device();
-  ReferenceEntries ref(cfg.n_layers);
+  ReferenceEntries ref(cfg);
   c.model->step(at::tensor(fed, at::kLong).unsqueeze(0).to(dev), ref, 0);  // (1, ctx): the row's window
   int64_t pos = next;
   const double bound = c.tol().logits;
   std::vector<double> per_shift, kl_per_shift;  // each shift's largest |diff|, and its mean KL when judged by one
   std::vector<Shift> shifts;
   for (int64_t k = 0; k < kShifts; ++k) {
-    const int64_t discard = (next - kKeep) / 2;  // llama-server's n_discard: half of what is not kept
+    int64_t discard = (next - kKeep) / 2;  // llama-server's n_discard: half of what is not kept
+    // A sliding layer (SPEC 10) keeps only its window: the shifted row must still be at least w - 1
+    // past the kept entries, or its next query would need entries the layer no longer holds.
+    if (cfg.has_sliding()) discard = std::min(discard, next - (kKeep + cfg.sliding_window - 1));
     if (discard < 1) break;
     shifts.push_back({static_cast<int64_t>(fed.size()), kKeep, discard});
     c.target.serving().shift_row(live[0].id, kKeep, discard);

@@ -104,7 +104,7 @@ at::Tensor past_window_reference(GPT& model, const std::vector<int64_t>& prompt,
     seq.insert(seq.end(), res.ids.begin(), res.ids.end());
     return reference_for(model, at::tensor(seq, at::kLong).unsqueeze(0).to(dev), T0, n).band.to(at::kCPU);
   }
-  ReferenceEntries entries(model->config().n_layers);
+  ReferenceEntries entries(model->config());
   at::Tensor next = model->step(at::tensor(prompt, at::kLong).unsqueeze(0).to(dev), entries, 0);  // (1, V)
   std::vector<at::Tensor> out;
   int64_t pos = T0;

@@ -58,6 +58,9 @@ struct CacheVariant {
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;
+  // "" when this variant runs a model of `cfg`; else why not, in one line (a fast cache refusing a zoo
+  // member's knob, SPEC 10).
+  std::string unsupported(const Config& cfg) const;
 };
 
 class CacheRegistry {

@@ -68,8 +68,10 @@ struct ChurnShape {
     int64_t stored = 0;  // entries a cache keeps (the window and kRollbackEntries more)
     int64_t rollbacks = 0;  // rollbacks and shifts (the ids after one differ from those before)
     bool shifted = false;   // a context shift in its history: it stays inside the window from then on
+    int64_t local = 0;      // entries a sliding layer keeps (its window w - 1 and kRollbackEntries more; SPEC 10)
   };
   int64_t context = 0, max_live = 8;
+  int64_t sliding = 0;  // the model's sliding window w, 0 when no layer slides
   ChurnOps ops;  // the operations the target has (the others never apply); past_window false: no step takes a row past the window
   std::vector<Row> rows;
   std::vector<Row> saved;   // each `save`'s row, in order
@@ -78,7 +80,11 @@ struct ChurnShape {
   // Whether `op` is one the serving contract defines here: live rows, prompts and chunks that end
   // inside the window, a rollback no longer than the entries kept for it (SPEC 4), at most max_live
   // rows, a context shift of a row whose cache holds every entry of it (inside the window, never
-  // trimmed) that keeps at least one later entry, a restore of a state saved before.
+  // trimmed) that keeps at least one later entry, a restore of a state saved before. With sliding
+  // layers, a rollback or a shift whose remaining row needs an entry a sliding layer no longer keeps
+  // does not apply (RowBatch refuses it: the window it would attend to is gone).
+  // The first position a sliding layer would need after dropping `n` after `keep` (a shift) is held.
+  bool sliding_keeps(const Row& r, int64_t keep, int64_t n) const;
   bool applicable(const ChurnOp& op) const;
   void apply(const ChurnOp& op);  // the shape after `op` (which must be applicable)
 };
