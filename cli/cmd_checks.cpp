@@ -130,14 +130,27 @@ Command add_inject(CLI::App& app) {
   return {cmd, [o, fault, io] {
             const c10::Device dev = apply_run_options(o->run);
             std::vector<const checks::CacheVariant*> faults;
-            if (*fault == "all") {
-              faults = checks::cache_registry().all(/*faults=*/true);
-            } else {
-              const auto& v = checks::cache_registry().get(*fault);
-              if (!v.is_fault) throw std::invalid_argument("--fault: '" + *fault + "' is not a fault");
-              faults.push_back(&v);
+            const checks::CacheVariant* named = nullptr;
+            if (*fault != "all") {
+              named = &checks::cache_registry().get(*fault);
+              if (!named->is_fault) throw std::invalid_argument("--fault: '" + *fault + "' is not a fault");
             }
             GPT model = load_model(o->model, dev);
+            const Config& cfg = model->config();
+            // The seed's faults on the seed's architecture; on a zoo member, the zoo's faults its features call for.
+            if (named) {
+              if (named->applies && !named->applies(cfg))
+                throw std::invalid_argument("--fault " + named->name + " needs " + named->feature + ", which this model lacks");
+              if (!named->applies && !cfg.is_seed_architecture())
+                throw std::invalid_argument("--fault " + named->name + " is stated for the seed's architecture; this model sets " +
+                                            cfg.zoo_knob() + " (SPEC 10)");
+              faults.push_back(named);
+            } else if (cfg.is_seed_architecture()) {
+              faults = checks::cache_registry().all(/*faults=*/true);
+            } else {
+              for (const auto* z : checks::cache_registry().zoo_faults())
+                if (z->applies(cfg)) faults.push_back(z);
+            }
             checks::EquivalenceOptions opts;
             opts.prompt = batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch, model->config().vocab_size, dev);
             opts.tokens = o->tokens;

@@ -59,7 +59,15 @@ std::vector<const CacheVariant*> CacheRegistry::all(bool faults) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<const CacheVariant*> out;
   for (const auto& e : variants_)
-    if (e->is_fault == faults && !e->kv_budget) out.push_back(e.get());
+    if (e->is_fault == faults && !e->kv_budget && !e->applies) out.push_back(e.get());
+  return out;
+}
+
+std::vector<const CacheVariant*> CacheRegistry::zoo_faults() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<const CacheVariant*> out;
+  for (const auto& e : variants_)
+    if (e->applies) out.push_back(e.get());
   return out;
 }
 

@@ -13,6 +13,8 @@ namespace {
 std::vector<const CacheVariant*> every_variant(bool faults) {
   auto v = cache_registry().all(faults);
   for (const auto* b : cache_registry().budgeted(faults)) v.push_back(b);
+  if (faults)
+    for (const auto* z : cache_registry().zoo_faults()) v.push_back(z);
   return v;
 }
 }  // namespace
@@ -53,8 +55,10 @@ nlohmann::json catalogue_json() {
                       {"tags", tag_names(c.tags)}, {"cost", cost_name(c.cost)}, {"operation", c.ops.names()}});
   for (const auto& c : sampler_checks())
     sampler.push_back({{"name", c.name}, {"states", c.proves}, {"needs_scores", c.is(Tag::NeedsScores)}});
-  for (const auto* v : every_variant(/*faults=*/true))
+  for (const auto* v : every_variant(/*faults=*/true)) {
     faults.push_back({{"name", v->name}, {"models", v->description}, {"expected", v->expected}, {"runs", runs_of(*v)}});
+    if (v->applies) faults.back()["feature"] = v->feature;  // a zoo fault: the members it runs on
+  }
   for (const auto& d : known_deviations())
     devs.push_back({{"name", d.name}, {"what", d.what}, {"touches", d.touched()},
                     {"tolerance", d.tolerance ? nlohmann::json(*d.tolerance) : nlohmann::json(nullptr)},
@@ -81,7 +85,8 @@ std::string catalogue_markdown() {
   for (const auto* v : every_variant(/*faults=*/true)) {
     const auto runs = runs_of(*v);
     m << "| `" << v->name << "` | " << cell(v->description) << " | " << code_list(v->expected)
-      << (v->kv_budget ? " (by mean KL > " + sci(*v->kv_budget) + ")" : std::string()) << " | "
+      << (v->kv_budget ? " (by mean KL > " + sci(*v->kv_budget) + ")" : std::string())
+      << (v->applies ? " on a zoo member with " + cell(v->feature) : std::string()) << " | "
       << (runs == default_set ? std::string("the default set") : code_list(runs)) << " |\n";
   }
   m << "\n### The deviations an engine may declare\n\n| deviation | what | rows it touches | judged at |\n"
@@ -112,7 +117,8 @@ std::string catalogue_text() {
   s << "sampler rows: " << sampler_checks().size() << " (sampler/<law>; `tinygpt checks --markdown` lists them)\n";
   s << "faults:\n";
   for (const auto* v : every_variant(/*faults=*/true))
-    s << "  " << v->name << ": " << v->description << " (must be caught by " << joined(v->expected) << ")\n";
+    s << "  " << v->name << ": " << v->description << " (must be caught by " << joined(v->expected)
+      << (v->applies ? " on a zoo member with " + v->feature : std::string()) << ")\n";
   s << "deviations an engine may declare: " << deviation_names() << "\n";
   return s.str();
 }

@@ -8,5 +8,7 @@
 namespace tinygpt::checks {
 
 void register_faults(CacheRegistry& registry);
+// The zoo's boundary faults (zoo_faults.cpp).
+void register_zoo_faults(CacheRegistry& registry);
 
 }  // namespace tinygpt::checks

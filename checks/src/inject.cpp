@@ -77,7 +77,10 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
     std::lock_guard<std::mutex> lock(say_mu);
     if (progress) progress(s);
   };
-  const std::vector<const CacheVariant*> controls = io.controls.empty() ? cache_registry().all(/*faults=*/false) : io.controls;
+  std::vector<const CacheVariant*> controls = io.controls;
+  if (controls.empty())  // every production cache that holds this model (a fast cache refuses a zoo member)
+    for (const CacheVariant* v : cache_registry().all(/*faults=*/false))
+      if (v->unsupported(model->config()).empty()) controls.push_back(v);
   if (io.fault_tokens < 0 || io.fault_tokens > opts.tokens)
     throw std::invalid_argument("inject: fault tokens must be in [0, " + std::to_string(opts.tokens) + "]");
   if (io.workers < 0) throw std::invalid_argument("inject: workers must be >= 0");

@@ -49,6 +49,7 @@ CacheRegistry& cache_registry() {
     int8.kv_budget = kInt8KvBudget;
     r.add(std::move(int8));
     register_faults(r);
+    register_zoo_faults(r);
     return reg;
   }();
   return *registry;

@@ -168,12 +168,30 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   // is left out.
   const Config& cfg = fx.model->config();
   const std::string knob = cfg.zoo_knob();
-  if (!knob.empty() && !faults.empty()) {
-    // The fault matrix states what must catch each fault on the seed's architecture; on a zoo member
-    // a fault may be benign (a storage fault the sliding window's band hides) or need its own rows.
-    plan.left_out.push_back("the fault matrix left out: its faults and the rows that must catch them are stated for the "
-                            "seed's architecture, and this model sets " + knob + " (SPEC 10)");
-    faults.clear();
+  if (!o.faults) {  // by default the zoo's boundary faults too, each where its feature is
+    const auto zoo = cache_registry().zoo_faults();
+    faults.insert(faults.end(), zoo.begin(), zoo.end());
+  }
+  {
+    // The seed's faults state what must catch them on the seed's architecture; on a zoo member one may
+    // be benign (a storage fault the sliding window's band hides). A zoo fault runs where its feature is.
+    std::vector<const CacheVariant*> kept;
+    size_t seed_faults = 0;
+    for (const CacheVariant* f : faults) {
+      if (f->applies && !f->applies(cfg)) {
+        if (!knob.empty()) plan.left_out.push_back("fault " + f->name + " left out: it needs " + f->feature + ", which this model lacks");
+        continue;
+      }
+      if (!f->applies && !knob.empty()) {
+        ++seed_faults;
+        continue;
+      }
+      kept.push_back(f);
+    }
+    if (seed_faults)
+      plan.left_out.push_back(std::to_string(seed_faults) + " faults of the seed's architecture left out: what must catch them is stated "
+                              "for it, and this model sets " + knob + " (SPEC 10)");
+    faults = kept;
   }
   for (const CacheVariant* f : faults) {
     if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "tinygpt/config.h"
 #include "tinygpt/rope.h"
 
 namespace tinygpt {
@@ -23,6 +24,8 @@ void Rotary::rotate_rows(at::Tensor& q, at::Tensor& k, const at::Tensor& positio
 }
 
 at::Tensor Rotary::rotate_one(const at::Tensor& x, int64_t start) const { return rope(x, start); }
+
+RopePairing Rotary::pairing() const { return RopePairing::Adjacent; }
 
 const Rotary& seed_rotary() {
   static const Rotary r;

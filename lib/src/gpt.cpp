@@ -75,6 +75,8 @@ class ZooRotary final : public Rotary {
   at::Tensor rotate_one(const at::Tensor& x, int64_t start) const override {
     return rot_.apply(x, at::arange(start, start + x.size(-2), at::kLong));
   }
+  const RopeSpec* spec() const override { return &rot_.spec(); }
+  RopePairing pairing() const override { return rot_.pairing(); }
 
  private:
   Rotation rot_;
@@ -121,7 +123,7 @@ at::Tensor AttentionImpl::attend_heads(at::Tensor q, at::Tensor k, at::Tensor v,
   else policy.position(q, k, v, start, *rotary_);
   // The seed's attention through `attend`; a zoo member's with its KV groups, scale and soft-cap.
   auto run = [&](const at::Tensor& qq, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask) {
-    return seed_ ? attend(qq, K, V, mask) : zoo_attention(qq, K, V, mask, scale_, cap_);
+    return seed_ ? attend(qq, K, V, mask) : zoo_attention(qq, K, V, mask, scale_, policy.softcap(cap_, T));
   };
   at::Tensor K = k, V = v;
   if (cache != nullptr) std::tie(K, V) = cache->update(layer, k, v);  // (B, G, S, hd)

@@ -302,7 +302,11 @@ void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
   const bool seed_rope = cfg.rope_theta == Config().rope_theta && cfg.partial_rotary == 1 && cfg.rope_pairing == RopePairing::Adjacent &&
                          cfg.rope_scaling.kind == RopeScaling::Kind::None;
   std::optional<Rotation> zoo_rope;  // a zoo member's RoPE turns the kept keys back by its own frequencies (SPEC 10)
-  if (!seed_rope) zoo_rope.emplace(rope_spec(cfg), cfg.rope_pairing);
+  if (!seed_rope) {
+    RopeSpec spec = rope_spec(cfg);
+    if (!schedule_.shift_uses_rope_scaling()) spec.scaling = RopeScaling{};
+    zoo_rope.emplace(spec, cfg.rope_pairing);
+  }
   at::NoGradGuard no_grad;
   std::vector<std::pair<at::Tensor, at::Tensor>> kept(static_cast<size_t>(cfg.n_layers));
   at::Tensor cos, sin;  // (later, hd/2): the angle -rot * 10000^(-2j/hd), in float32 as RoPE's table

@@ -7,8 +7,12 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 #include <cstdint>
+#include <optional>
 
 namespace tinygpt {
+
+struct RopeSpec;
+enum class RopePairing;
 
 // How a model turns positions into rotations of q and k: the seed's RoPE (SPEC 2) is this base class;
 // a zoo member's scaled, partial or half-paired RoPE (SPEC 10) another (gpt.h's make_rotary).
@@ -21,6 +25,10 @@ class Rotary {
   virtual void rotate_rows(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const;
   // One tensor (B, *, T, hd) rotated for start .. start+T-1.
   virtual at::Tensor rotate_one(const at::Tensor& x, int64_t start) const;
+  // A zoo member's RoPE as a spec (rope_scaling.h) and its pairing, for whoever must rotate as it
+  // does with one thing changed (a fault); null for the seed's.
+  virtual const RopeSpec* spec() const { return nullptr; }
+  virtual RopePairing pairing() const;
 };
 
 // The seed's, shared and stateless.
@@ -43,6 +51,10 @@ class AttentionPolicy {
   // 0 for a full layer), j > tk - tq + i - w. Production: no mask when tq == 1 and the window does
   // not cut the keys.
   virtual at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const;
+
+  // The attention soft-cap tq queries' scores get (SPEC 10): production, the model's `cap` (none when
+  // the model has none).
+  virtual std::optional<double> softcap(std::optional<double> cap, int64_t tq) const { return cap; }
 };
 
 // Production policy, shared and stateless.

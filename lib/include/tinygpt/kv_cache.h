@@ -77,6 +77,8 @@ class RollingKVCache final : public KVCache {
   RollingKVCache(int64_t n_layers, int64_t context);
   // Layer l keeps cfg.cache_window(l) entries before a step.
   explicit RollingKVCache(const Config& cfg);
+  // Layer l keeps windows[l] entries before a step (a harness models a cache that keeps other windows).
+  explicit RollingKVCache(std::vector<int64_t> windows);
 
   std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k,
                                            const at::Tensor& v) override;
@@ -92,7 +94,6 @@ class RollingKVCache final : public KVCache {
   int64_t stored_length(int64_t layer) const override;
 
  private:
-  explicit RollingKVCache(std::vector<int64_t> windows);
   int64_t context_;               // the longest window (length() reports against it)
   std::vector<int64_t> windows_;  // per layer: the entries kept before a step
   // per layer: (B, G, <= window + kRollbackEntries, hd), undefined when empty; the newest `window`

@@ -68,6 +68,8 @@ class ServingSchedule {
   // What a context shift leaves of a kept later token for a later prompt to match. Production: -1
   // (its entry was computed beside the dropped tokens: never a cold run's).
   virtual int64_t shifted_token(int64_t id) const;
+  // Whether a context shift re-rotates kept keys with the model's RoPE scaling (SPEC 10). Production: yes.
+  virtual bool shift_uses_rope_scaling() const { return true; }
 };
 const ServingSchedule& production_serving();
 

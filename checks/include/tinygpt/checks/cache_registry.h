@@ -55,6 +55,11 @@ struct CacheVariant {
   // A low-precision cache (and its faults): judged by mean KL per step against our fp32 model at this
   // budget (Tolerances::max_kl), not by the fp32 bound; kept out of all() (its own list: budgeted()).
   std::optional<double> kv_budget;
+  // A zoo fault (SPEC 10): the members with its feature, where it must be caught (null: a fault of the
+  // seed's architecture). On a member without the feature it is the production path. Kept out of all()
+  // (its own list: zoo_faults()).
+  std::function<bool(const Config&)> applies;
+  std::string feature;  // the feature, in words ("a sliding layer")
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;
@@ -75,6 +80,8 @@ class CacheRegistry {
   std::vector<const CacheVariant*> all(bool faults) const;
   // The low-precision caches (faults = false) or their faults: the variants with a kv_budget.
   std::vector<const CacheVariant*> budgeted(bool faults) const;
+  // The zoo's boundary faults (the variants with `applies`), in registration order.
+  std::vector<const CacheVariant*> zoo_faults() const;
   std::string names() const;
 
  private:

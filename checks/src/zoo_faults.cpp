@@ -1,0 +1,203 @@
+// The zoo's boundary faults (SPEC 10, issue 52): each a bug engines shipped in a feature the seed's
+// architecture lacks, behind the same seams as the seed's faults (a cache, the attention policy, the
+// serving schedule), on the rolling cache and the model's own step - the path every member runs. Each
+// says which members have its feature (CacheVariant::applies); on a member without it the fault is
+// the production path and must pass.
+#include <ATen/ATen.h>
+
+#include "faults.h"
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/gpt.h"
+#include "tinygpt/kv_cache.h"
+#include "tinygpt/rope_scaling.h"
+#include "tinygpt/serving.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+// A rolling cache whose update gives every query head the KV head h % G instead of h / group (SGLang
+// PR #19086's shape: replicated KV heads written to the wrong offsets): it expands the stored G heads
+// to H by tiling, so the attention reads them one to one. Storage, rollback and saves are the rolling
+// cache's own.
+class InterleavedKvHeads final : public KVCache {
+ public:
+  InterleavedKvHeads(std::unique_ptr<KVCache> inner, int64_t group) : inner_(std::move(inner)), group_(group) {}
+  explicit InterleavedKvHeads(const Config& c)
+      : InterleavedKvHeads(std::make_unique<RollingKVCache>(c), c.n_heads / c.kv_heads()) {}
+  std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
+    auto [K, V] = inner_->update(l, k, v);  // (B, G, S, hd)
+    if (!K.defined()) return {K, V};
+    return {tile(K), tile(V)};              // (B, H, S, hd): head h reads KV head h % G
+  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> rows_seen(int64_t l) const override {
+    auto rows = inner_->rows_seen(l);
+    for (auto& [K, V] : rows) K = tile(K), V = tile(V);
+    return rows;
+  }
+  at::Tensor key_mask(int64_t l) const override { return inner_->key_mask(l); }
+  void reset() override { inner_->reset(); }
+  int64_t length() const override { return inner_->length(); }
+  int64_t bytes() const override { return inner_->bytes(); }
+  std::string row_ops_unsupported() const override { return inner_->row_ops_unsupported(); }
+  std::unique_ptr<KVCache> clone() const override { return std::make_unique<InterleavedKvHeads>(inner_->clone(), group_); }
+  void truncate(int64_t n) override { inner_->truncate(n); }
+  std::string save_unsupported() const override { return inner_->save_unsupported(); }
+  std::pair<at::Tensor, at::Tensor> stored(int64_t l) const override { return inner_->stored(l); }
+  int64_t stored_length(int64_t l) const override { return inner_->stored_length(l); }
+
+ private:
+  at::Tensor tile(const at::Tensor& t) const { return t.repeat({1, group_, 1, 1}); }
+  std::unique_ptr<KVCache> inner_;
+  int64_t group_;
+};
+
+// The sliding window one key too wide: each sliding layer's cache keeps w entries and its mask lets a
+// query see w + 1 keys.
+class SlidingWindowOffByOneMask final : public AttentionPolicy {
+ public:
+  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override {
+    return AttentionPolicy::mask(tq, tk, opts, window > 0 ? window + 1 : 0);
+  }
+};
+std::unique_ptr<KVCache> windows_one_wider(const Config& c) {
+  std::vector<int64_t> w;
+  for (int64_t l = 0; l < c.n_layers; ++l) w.push_back(c.window(l) > 0 ? c.window(l) : c.context);
+  return std::make_unique<RollingKVCache>(w);
+}
+
+// The window applied in the prefill's mask only (SGLang PR #4823's shape: the window never reached
+// the decode kernel), with a cache that keeps the full context on every layer (llama.cpp #14157's
+// caches kept for reuse): a decode query on a sliding layer sees up to context + 1 keys.
+class WindowOnlyInPrefill final : public AttentionPolicy {
+ public:
+  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override {
+    return AttentionPolicy::mask(tq, tk, opts, tq == 1 ? 0 : window);
+  }
+};
+
+// The attention soft-cap applied in the prefill only: a decode step's scores go uncapped (llama.cpp
+// PR #8197's family: Gemma 2's caps missing on a path).
+class SoftcapMissingInDecode final : public AttentionPolicy {
+ public:
+  std::optional<double> softcap(std::optional<double> cap, int64_t tq) const override {
+    return tq == 1 ? std::nullopt : cap;
+  }
+};
+
+// Positions q and k with the member's RoPE with one thing changed, from its spec.
+class ChangedRope : public AttentionPolicy {
+ public:
+  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
+    if (!r.spec()) return AttentionPolicy::position(q, k, v, start, r);
+    const Rotation rot(changed(*r.spec()), r.pairing());
+    const at::Tensor p = at::arange(start, start + q.size(-2), at::kLong);
+    q = rot.apply(q, p), k = rot.apply(k, p);
+  }
+  void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions, const Rotary& r) const override {
+    if (!r.spec()) return AttentionPolicy::position_rows(q, k, v, positions, r);
+    const Rotation rot(changed(*r.spec()), r.pairing());
+    q = rot.apply(q, positions), k = rot.apply(k, positions);
+  }
+
+ protected:
+  virtual RopeSpec changed(RopeSpec s) const = 0;
+};
+
+// YaRN's attention factor dropped (vLLM PR #48623, transformers PR #47435: mscale ignored).
+class YarnAttentionFactorMissing final : public ChangedRope {
+  RopeSpec changed(RopeSpec s) const override {
+    s.scaling.attention_factor = 1.0;
+    return s;
+  }
+};
+
+// Partial rotary ignored: the whole head rotated (a converter that drops rotary_pct).
+class PartialRotaryRotatesAll final : public ChangedRope {
+  RopeSpec changed(RopeSpec s) const override {
+    s.partial_rotary = 1.0;
+    return s;
+  }
+};
+
+// The context shift's K-shift re-rotates kept keys with the unscaled frequencies (llama.cpp PR
+// #17945: build_rope_shift without the scaling the model was built with).
+class ShiftIgnoresRopeScaling final : public ServingSchedule {
+ public:
+  bool shift_uses_rope_scaling() const override { return false; }
+};
+
+// A zoo fault: the rolling cache and the model's own step (every member runs them), one decision
+// changed, on the members `applies` names.
+CacheVariant zoo_fault(std::string name, std::string description, std::vector<std::string> expected, std::string feature,
+                       std::function<bool(const Config&)> applies) {
+  CacheVariant v;
+  v.name = std::move(name);
+  v.description = std::move(description);
+  v.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c); };
+  v.is_fault = true;
+  v.expected = std::move(expected);
+  v.feature = std::move(feature);
+  v.applies = std::move(applies);
+  return v;
+}
+
+}  // namespace
+
+void register_zoo_faults(CacheRegistry& r) {
+  const std::vector<std::string> logit_rows = {check::kLogits, check::kWindowReference};
+  auto grouped = [](const Config& c) { return c.kv_heads() > 1 && c.kv_heads() < c.n_heads; };
+  auto sliding = [](const Config& c) { return c.has_sliding(); };
+  {
+    auto v = zoo_fault("gqa-heads-interleaved", "query head h reads KV head h % G instead of h / (H / G) (SGLang PR #19086)",
+                       logit_rows, "grouped KV heads, 1 < G < H (with one KV head every query head reads it either way)", grouped);
+    v.make_cache = [](const Config& c) { return std::make_unique<InterleavedKvHeads>(c); };
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("sliding-window-off-by-one", "a sliding layer's query sees w + 1 keys, its cache keeps w", logit_rows,
+                       "a sliding layer", sliding);
+    v.policy = std::make_shared<SlidingWindowOffByOneMask>();
+    v.make_cache = windows_one_wider;
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("window-only-in-prefill",
+                       "the sliding window in the prefill's mask only, the cache keeping the full context: a decode query on a "
+                       "sliding layer sees past w (SGLang PR #4823)",
+                       logit_rows, "a sliding layer", sliding);
+    v.policy = std::make_shared<WindowOnlyInPrefill>();
+    v.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c.n_layers, c.context); };
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("softcap-missing-in-decode", "the attention soft-cap applied in the prefill only (llama.cpp PR #8197's family)",
+                       logit_rows, "an attention soft-cap", [](const Config& c) { return c.attn_softcap > 0; });
+    v.policy = std::make_shared<SoftcapMissingInDecode>();
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("yarn-attention-factor-missing", "YaRN's attention factor left out of cos and sin (vLLM PR #48623)", logit_rows,
+                       "YaRN scaling with an attention factor other than 1", [](const Config& c) {
+                         return c.rope_scaling.kind == RopeScaling::Kind::Yarn && rope_attention_factor(rope_spec(c)) != 1.0;
+                       });
+    v.policy = std::make_shared<YarnAttentionFactorMissing>();
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("partial-rotary-rotates-all", "RoPE turns the whole head where the model rotates a fraction of it", logit_rows,
+                       "partial rotary", [](const Config& c) { return c.partial_rotary < 1.0; });
+    v.policy = std::make_shared<PartialRotaryRotatesAll>();
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("shift-ignores-rope-scaling",
+                       "a context shift re-rotates kept keys with the unscaled frequencies (llama.cpp PR #17945)",
+                       {check::kContextShift}, "RoPE scaling", [](const Config& c) { return c.rope_scaling.kind != RopeScaling::Kind::None; });
+    v.serving = std::make_shared<ShiftIgnoresRopeScaling>();
+    v.checks = {check::kContextShift};
+    r.add(std::move(v));
+  }
+}
+
+}  // namespace tinygpt::checks
