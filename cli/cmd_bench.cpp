@@ -38,8 +38,8 @@ Command add_bench(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench",
       "The seed's benchmark (SPEC 7): tokens per second with and without the cache for every batch x tokens\n"
-      "cell and every --cache, the cache's memory at a full window against 2 x layers x tokens x d_model x 4\n"
-      "bytes, and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
+      "cell and every --cache, the cache's memory at a full window against 2 x layers x tokens x KV heads x head\n"
+      "size x 4 bytes (d_model for the seed; a sliding layer's tokens are its window), and peak resident memory. Untrained weights (--weight-seed 0), greedy, float32, an 8-token random\n"
       "prompt, a 16-token warm-up per path and batch. Prints the machine (CPU, threads and how idle threads\n"
       "wait, LibTorch, the BLAS actually loaded). Numbers vary between runs on shared machines: compare ratios\n"
       "from one run; --thread-sweep 1,2 times every cell at each thread count in one run.\n"

@@ -147,6 +147,14 @@ nlohmann::json MachineInfo::to_json() const {
           {"product_flops_s", product_flops_s}};
 }
 
+// SPEC 7's K and V bytes at a full window, batch 1: 2 x layers x tokens x G x hd x 4 (the seed's G x hd
+// is d_model; a sliding layer keeps w - 1 tokens, SPEC 10).
+static int64_t kv_formula_bytes(const Config& cfg) {
+  int64_t tokens = 0;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) tokens += cfg.cache_window(l);
+  return 2 * tokens * cfg.kv_heads() * cfg.head_dim() * 4;
+}
+
 BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<void(const std::string&)>& progress) {
   auto say = [&](const std::string& s) { if (progress) progress(s); };
   const Config& cfg = model->config();
@@ -158,7 +166,13 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
   for (int64_t t : opts.tokens)
     if (t < 1) throw std::invalid_argument("bench: --tokens values must be >= 1");
   std::vector<const CacheVariant*> variants;
-  for (const auto& name : opts.caches) variants.push_back(&cache_registry().get(name));
+  for (const auto& name : opts.caches) {
+    const CacheVariant* v = &cache_registry().get(name);
+    const std::string why = v->unsupported(cfg);  // a fast cache refuses a zoo member's knob (SPEC 10)
+    if (why.empty()) variants.push_back(v);
+    else say("cache " + name + " left out: " + why);
+  }
+  if (variants.empty()) throw std::invalid_argument("bench: none of the caches asked for runs this model (see above)");
   for (int t : opts.thread_counts)
     if (t < 1) throw std::invalid_argument("bench: thread counts must be >= 1");
   at::NoGradGuard no_grad;
@@ -223,7 +237,7 @@ BenchReport run_bench(GPT& model, const BenchOptions& opts, const std::function<
   for (const auto* v : variants) {
     Decoder d = v->decoder(cfg);
     decode_step(*model, at::zeros({1, cfg.context}, at::TensorOptions().dtype(at::kLong).device(dev)), *d.cache, 0, d.path);
-    rep.memory.push_back({v->name, d.cache->bytes(), d.cache->capacity_bytes(), 2 * cfg.n_layers * cfg.context * cfg.d_model * 4});
+    rep.memory.push_back({v->name, d.cache->bytes(), d.cache->capacity_bytes(), kv_formula_bytes(cfg)});
   }
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -301,7 +315,7 @@ std::string BenchReport::format() const {
   }
   for (const auto& m : memory)
     s << "cache " << m.cache << " at a full window, batch 1: " << human_bytes(m.bytes) << " of K and V (formula 2 x layers x "
-      << "tokens x d_model x 4 bytes = " << human_bytes(m.formula_bytes) << "), " << human_bytes(m.capacity_bytes)
+      << "tokens x KV heads x head size x 4 bytes = " << human_bytes(m.formula_bytes) << "), " << human_bytes(m.capacity_bytes)
       << " allocated\n";
   s << "peak resident memory: " << human_bytes(peak_rss_bytes) << "\n";
   return s.str();
