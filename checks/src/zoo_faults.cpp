@@ -66,6 +66,14 @@ std::unique_ptr<KVCache> windows_one_wider(const Config& c) {
   return std::make_unique<RollingKVCache>(w);
 }
 
+// Every layer's cache trimmed at the sliding window, the full layers' too (the window read from the
+// model's config, not the layer's: TensorRT-LLM PR #12597's family): a full layer's decode query sees
+// w keys, not context + 1.
+std::unique_ptr<KVCache> every_layer_sliding(const Config& c) {
+  if (!c.has_sliding()) return std::make_unique<RollingKVCache>(c);  // no window to misapply: the production cache
+  return std::make_unique<RollingKVCache>(std::vector<int64_t>(static_cast<size_t>(c.n_layers), c.sliding_window - 1));
+}
+
 // The window applied in the prefill's mask only (SGLang PR #4823's shape: the window never reached
 // the decode kernel), with a cache that keeps the full context on every layer (llama.cpp #14157's
 // caches kept for reuse): a decode query on a sliding layer sees up to context + 1 keys.
@@ -159,6 +167,16 @@ void register_zoo_faults(CacheRegistry& r) {
                        "a sliding layer", sliding);
     v.policy = std::make_shared<SlidingWindowOffByOneMask>();
     v.make_cache = windows_one_wider;
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("sliding-window-on-global-layer", "a full layer's cache trimmed at the sliding window: its decode sees w keys",
+                       logit_rows, "a sliding layer and a full one", [](const Config& c) {
+                         bool full = false;
+                         for (int64_t l = 0; l < c.n_layers; ++l) full = full || c.window(l) == 0;
+                         return c.has_sliding() && full;
+                       });
+    v.make_cache = every_layer_sliding;
     r.add(std::move(v));
   }
   {

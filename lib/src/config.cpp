@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -90,31 +91,78 @@ int64_t Config::cache_window(int64_t layer) const {
   return w ? w - 1 : context;
 }
 
+namespace {
+// The knobs written as plain JSON values, by config name: the writer and the reader both walk this
+// list, so a knob cannot be written under one name and read under another. The enums, rope_scaling
+// and layer_types (with sliding_window) are written out below.
+template <typename C, typename F>
+void plain_knobs(C& c, F&& f) {
+  f("n_kv_heads", c.n_kv_heads);
+  f("head_size", c.head_size);
+  f("norm_eps", c.norm_eps);
+  f("sandwich_norms", c.sandwich_norms);
+  f("parallel_residual", c.parallel_residual);
+  f("gated_mlp", c.gated_mlp);
+  f("d_ff", c.d_ff);
+  f("mlp_bias", c.mlp_bias);
+  f("attn_bias", c.attn_bias);
+  f("rope_theta", c.rope_theta);
+  f("partial_rotary", c.partial_rotary);
+  f("attn_softcap", c.attn_softcap);
+  f("final_softcap", c.final_softcap);
+  f("query_pre_attn_scalar", c.query_pre_attn_scalar);
+  f("embed_scale", c.embed_scale);
+  f("qk_norm", c.qk_norm);
+  f("tied_embeddings", c.tied_embeddings);
+}
+
+// `c` with every knob that restates the seed's value (n_kv_heads = n_heads, ...) put back at its default.
+Config normalized(Config c) {
+  if (c.n_kv_heads == c.n_heads) c.n_kv_heads = 0;
+  if (c.head_size == c.d_model / c.n_heads && c.d_model % c.n_heads == 0) c.head_size = 0;
+  if (c.d_ff == 4 * c.d_model) c.d_ff = 0;
+  if (c.query_pre_attn_scalar == static_cast<double>(c.head_dim())) c.query_pre_attn_scalar = 0;
+  if (!c.has_sliding()) c.layer_types.clear();
+  return c;
+}
+
+// Every knob away from its default, in config-file form; the seed's yields an empty object.
+nlohmann::json knobs_json(const Config& given) {
+  const Config c = normalized(given), s;
+  nlohmann::json j = nlohmann::json::object();
+  nlohmann::json have, dflt;
+  plain_knobs(c, [&](const char* name, const auto& v) { have[name] = v; });
+  plain_knobs(s, [&](const char* name, const auto& v) { dflt[name] = v; });
+  for (const auto& [k, v] : have.items())
+    if (v != dflt[k]) j[k] = v;
+  if (c.norm != s.norm) j["norm"] = to_string(c.norm);
+  if (c.activation != s.activation) j["activation"] = to_string(c.activation);
+  if (c.rope_pairing != s.rope_pairing) j["rope_pairing"] = to_string(c.rope_pairing);
+  if (!(c.rope_scaling == s.rope_scaling)) {
+    const RopeScaling& r = c.rope_scaling;
+    nlohmann::json rs = {{"kind", to_string(r.kind)}, {"factor", r.factor}};
+    if (r.kind == RopeScaling::Kind::Llama3)
+      rs.update({{"low_freq_factor", r.low_freq_factor}, {"high_freq_factor", r.high_freq_factor}});
+    if (r.kind == RopeScaling::Kind::Llama3 || r.kind == RopeScaling::Kind::Yarn) rs["original_context"] = r.original_context;
+    if (r.kind == RopeScaling::Kind::Yarn) {
+      rs.update({{"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow}, {"truncate", r.truncate}});
+      if (r.attention_factor) rs["attention_factor"] = *r.attention_factor;
+    }
+    j["rope_scaling"] = rs;
+  }
+  if (c.has_sliding()) {
+    nlohmann::json types = nlohmann::json::array();
+    for (auto k : c.layer_types) types.push_back(to_string(k));
+    j["layer_types"] = types;
+    j["sliding_window"] = c.sliding_window;
+  }
+  return j;
+}
+}  // namespace
+
 std::string Config::zoo_knob() const {
-  const Config seed;
-  if (n_kv_heads && n_kv_heads != n_heads) return "n_kv_heads";
-  if (head_size && head_size != d_model / n_heads) return "head_size";
-  if (norm != seed.norm) return "norm";
-  if (norm_eps != seed.norm_eps) return "norm_eps";
-  if (sandwich_norms) return "sandwich_norms";
-  if (parallel_residual) return "parallel_residual";
-  if (activation != seed.activation) return "activation";
-  if (gated_mlp) return "gated_mlp";
-  if (ffn_dim() != 4 * d_model) return "d_ff";
-  if (!mlp_bias) return "mlp_bias";
-  if (attn_bias) return "attn_bias";
-  if (rope_theta != seed.rope_theta) return "rope_theta";
-  if (partial_rotary != seed.partial_rotary) return "partial_rotary";
-  if (rope_pairing != seed.rope_pairing) return "rope_pairing";
-  if (!(rope_scaling == seed.rope_scaling)) return "rope_scaling";
-  if (has_sliding()) return "layer_types";
-  if (attn_softcap != 0) return "attn_softcap";
-  if (final_softcap != 0) return "final_softcap";
-  if (query_pre_attn_scalar != 0 && query_pre_attn_scalar != static_cast<double>(head_dim())) return "query_pre_attn_scalar";
-  if (embed_scale) return "embed_scale";
-  if (qk_norm) return "qk_norm";
-  if (!tied_embeddings) return "tied_embeddings";
-  return "";
+  const nlohmann::json knobs = knobs_json(*this);
+  return knobs.empty() ? "" : knobs.begin().key();  // the first by name
 }
 
 void Config::require_seed_architecture(const std::string& what) const {
@@ -185,54 +233,6 @@ bool Config::operator==(const Config& o) const {
          tied_embeddings == o.tied_embeddings;
 }
 
-namespace {
-// Every knob away from its default, in config-file form; the seed's yields an empty object.
-nlohmann::json knobs_json(const Config& c) {
-  const Config s;
-  nlohmann::json j = nlohmann::json::object();
-  if (c.n_kv_heads && c.n_kv_heads != c.n_heads) j["n_kv_heads"] = c.n_kv_heads;
-  if (c.head_size && c.head_size != c.d_model / c.n_heads) j["head_size"] = c.head_size;
-  if (c.norm != s.norm) j["norm"] = to_string(c.norm);
-  if (c.norm_eps != s.norm_eps) j["norm_eps"] = c.norm_eps;
-  if (c.sandwich_norms) j["sandwich_norms"] = true;
-  if (c.parallel_residual) j["parallel_residual"] = true;
-  if (c.activation != s.activation) j["activation"] = to_string(c.activation);
-  if (c.gated_mlp) j["gated_mlp"] = true;
-  if (c.ffn_dim() != 4 * c.d_model) j["d_ff"] = c.ffn_dim();
-  if (!c.mlp_bias) j["mlp_bias"] = false;
-  if (c.attn_bias) j["attn_bias"] = true;
-  if (c.rope_theta != s.rope_theta) j["rope_theta"] = c.rope_theta;
-  if (c.partial_rotary != s.partial_rotary) j["partial_rotary"] = c.partial_rotary;
-  if (c.rope_pairing != s.rope_pairing) j["rope_pairing"] = to_string(c.rope_pairing);
-  if (!(c.rope_scaling == s.rope_scaling)) {
-    const RopeScaling& r = c.rope_scaling;
-    nlohmann::json rs = {{"kind", to_string(r.kind)}, {"factor", r.factor}};
-    if (r.kind == RopeScaling::Kind::Llama3)
-      rs.update({{"low_freq_factor", r.low_freq_factor}, {"high_freq_factor", r.high_freq_factor}});
-    if (r.kind == RopeScaling::Kind::Llama3 || r.kind == RopeScaling::Kind::Yarn) rs["original_context"] = r.original_context;
-    if (r.kind == RopeScaling::Kind::Yarn) {
-      rs.update({{"beta_fast", r.beta_fast}, {"beta_slow", r.beta_slow}, {"truncate", r.truncate}});
-      if (r.attention_factor) rs["attention_factor"] = *r.attention_factor;
-    }
-    j["rope_scaling"] = rs;
-  }
-  if (c.has_sliding()) {
-    nlohmann::json types = nlohmann::json::array();
-    for (auto k : c.layer_types) types.push_back(to_string(k));
-    j["layer_types"] = types;
-    j["sliding_window"] = c.sliding_window;
-  }
-  if (c.attn_softcap != 0) j["attn_softcap"] = c.attn_softcap;
-  if (c.final_softcap != 0) j["final_softcap"] = c.final_softcap;
-  if (c.query_pre_attn_scalar != 0 && c.query_pre_attn_scalar != static_cast<double>(c.head_dim()))
-    j["query_pre_attn_scalar"] = c.query_pre_attn_scalar;
-  if (c.embed_scale) j["embed_scale"] = true;
-  if (c.qk_norm) j["qk_norm"] = true;
-  if (!c.tied_embeddings) j["tied_embeddings"] = false;
-  return j;
-}
-}  // namespace
-
 std::string Config::to_string() const {
   std::ostringstream s;
   s << "vocab_size=" << vocab_size << " d_model=" << d_model << " n_heads=" << n_heads << " n_layers=" << n_layers
@@ -277,20 +277,15 @@ Config config_from_json(const std::string& text) {
   get(j, "n_layers", &c.n_layers);
   get(j, "context", &c.context);
   get(j, "dropout", &c.dropout);
-  get(j, "n_kv_heads", &c.n_kv_heads);
-  get(j, "head_size", &c.head_size);
+  std::vector<std::string> known = {"vocab_size", "d_model", "n_heads", "n_layers", "context", "dropout", "norm", "activation",
+                                    "rope_pairing", "rope_scaling", "layer_types", "sliding_window"};
+  plain_knobs(c, [&](const char* name, auto& v) {
+    get(j, name, &v);
+    known.push_back(name);
+  });
   std::string name;
   if (get(j, "norm", &name)) c.norm = norm_kind(name);
-  get(j, "norm_eps", &c.norm_eps);
-  get(j, "sandwich_norms", &c.sandwich_norms);
-  get(j, "parallel_residual", &c.parallel_residual);
   if (get(j, "activation", &name)) c.activation = activation_kind(name);
-  get(j, "gated_mlp", &c.gated_mlp);
-  get(j, "d_ff", &c.d_ff);
-  get(j, "mlp_bias", &c.mlp_bias);
-  get(j, "attn_bias", &c.attn_bias);
-  get(j, "rope_theta", &c.rope_theta);
-  get(j, "partial_rotary", &c.partial_rotary);
   if (get(j, "rope_pairing", &name)) c.rope_pairing = rope_pairing(name);
   if (j.contains("rope_scaling")) {
     const auto& rs = j.at("rope_scaling");
@@ -318,22 +313,8 @@ Config config_from_json(const std::string& text) {
     for (const auto& t : types) c.layer_types.push_back(layer_kind(t));
   }
   get(j, "sliding_window", &c.sliding_window);
-  get(j, "attn_softcap", &c.attn_softcap);
-  get(j, "final_softcap", &c.final_softcap);
-  get(j, "query_pre_attn_scalar", &c.query_pre_attn_scalar);
-  get(j, "embed_scale", &c.embed_scale);
-  get(j, "qk_norm", &c.qk_norm);
-  get(j, "tied_embeddings", &c.tied_embeddings);
-  static const char* known[] = {"vocab_size", "d_model", "n_heads", "n_layers", "context", "dropout", "n_kv_heads",
-                                "head_size", "norm", "norm_eps", "sandwich_norms", "parallel_residual", "activation",
-                                "gated_mlp", "d_ff", "mlp_bias", "attn_bias", "rope_theta", "partial_rotary", "rope_pairing",
-                                "rope_scaling", "layer_types", "sliding_window", "attn_softcap", "final_softcap",
-                                "query_pre_attn_scalar", "embed_scale", "qk_norm", "tied_embeddings"};
-  for (const auto& [k, v] : j.items()) {
-    bool ok = false;
-    for (const char* n : known) ok = ok || k == n;
-    if (!ok) throw std::invalid_argument("config: unknown key " + k);
-  }
+  for (const auto& [k, v] : j.items())
+    if (std::find(known.begin(), known.end(), k) == known.end()) throw std::invalid_argument("config: unknown key " + k);
   c.validate();
   return c;
 }

@@ -56,7 +56,7 @@ class Laps {
 at::Tensor FusedCpuStep::operator()(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, Kernels kernels) {
   if (&cache != static_cast<KVCache*>(&cache_)) throw std::logic_error("FusedCpuStep: called with a cache it is not bound to");
   const Config& cfg = model.config();
-  cfg.require_seed_architecture("the fused decode step");
+  if (!model.seed_architecture()) cfg.require_seed_architecture("the fused decode step");  // throws, naming the knob
   const at::Tensor& E = model.emb->weight;  // (V, d), also the tied head
   const int64_t B = idx.size(0), T = idx.size(1);
   if (kernels != Kernels::Decode || T != 1 || B < 1 || B > kMatvecMaxRows || !idx.device().is_cpu() ||

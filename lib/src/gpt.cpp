@@ -186,6 +186,7 @@ at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const Attentio
 
 void GPTImpl::build() {
   cfg_.validate();
+  seed_architecture_ = cfg_.is_seed_architecture();
   emb = register_module("emb", nn::Embedding(cfg_.vocab_size, cfg_.d_model));
   blocks = register_module("blocks", nn::ModuleList());
   const auto rotary = make_rotary(cfg_);  // one frequency table for every layer

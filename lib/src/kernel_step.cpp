@@ -56,7 +56,7 @@ at::Tensor head_with(GPTImpl& model, const at::Tensor& x, Kernels k) {
 at::Tensor step_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
                      Kernels kernels) {
   // Our kernels implement the seed's architecture; a zoo member's step is the model's own (SPEC 10).
-  if (kernels == Kernels::Library || !model.config().is_seed_architecture()) return model.step_unchecked(idx, cache, start, policy);
+  if (kernels == Kernels::Library || !model.seed_architecture()) return model.step_unchecked(idx, cache, start, policy);
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
   const at::Tensor x = blocks_with(model, model.emb->forward(idx), start, policy, &cache, kernels, {});  // (B, T, d)
   return head_with(model, x.select(1, x.size(1) - 1), kernels);                                         // (B, V)
@@ -64,7 +64,7 @@ at::Tensor step_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int6
 
 at::Tensor step_at_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
                         const AttentionPolicy& policy, Kernels kernels) {
-  if (kernels == Kernels::Library || !model.config().is_seed_architecture()) return model.step_at(idx, cache, positions, policy);
+  if (kernels == Kernels::Library || !model.seed_architecture()) return model.step_at(idx, cache, positions, policy);
   if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
     throw std::invalid_argument("step_at: positions must be (B, T) like idx");
   const at::Tensor x = blocks_with(model, model.emb->forward(idx), /*start=*/0, policy, &cache, kernels,

@@ -147,6 +147,8 @@ class GPTImpl : public torch::nn::Module {
   GPTImpl(const Config& cfg, WeightsToFill);
 
   const Config& config() const { return cfg_; }
+  // config().is_seed_architecture(), computed once: the decode paths ask at every step.
+  bool seed_architecture() const { return seed_architecture_; }
 
   // The uncached reference: idx (B, T) int64 with T <= context, positions 0..T-1, causal.
   // Returns logits (B, T, V).
@@ -197,6 +199,7 @@ class GPTImpl : public torch::nn::Module {
                         KVCache* cache, const at::Tensor& positions = {});
   void build();
   Config cfg_;
+  bool seed_architecture_ = true;
 };
 TORCH_MODULE(GPT);
 
