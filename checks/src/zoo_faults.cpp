@@ -93,6 +93,18 @@ class SoftcapMissingInDecode final : public AttentionPolicy {
   }
 };
 
+// The final soft-cap left out of the cached step (llama.cpp PR #8197: Gemma 2's final cap missing).
+class FinalSoftcapMissing final : public AttentionPolicy {
+ public:
+  std::optional<double> final_softcap(std::optional<double>) const override { return std::nullopt; }
+};
+
+// QK-norm applied after RoPE instead of before (the norm then sees rotated channels).
+class QkNormAfterRope final : public AttentionPolicy {
+ public:
+  bool qk_norm_before_rope() const override { return false; }
+};
+
 // Positions q and k with the member's RoPE with one thing changed, from its spec.
 class ChangedRope : public AttentionPolicy {
  public:
@@ -192,6 +204,18 @@ void register_zoo_faults(CacheRegistry& r) {
     auto v = zoo_fault("softcap-missing-in-decode", "the attention soft-cap applied in the prefill only (llama.cpp PR #8197's family)",
                        logit_rows, "an attention soft-cap", [](const Config& c) { return c.attn_softcap > 0; });
     v.policy = std::make_shared<SoftcapMissingInDecode>();
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("final-softcap-missing", "the final logit soft-cap left out of the cached step (llama.cpp PR #8197)", logit_rows,
+                       "a final soft-cap", [](const Config& c) { return c.final_softcap > 0; });
+    v.policy = std::make_shared<FinalSoftcapMissing>();
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("qk-norm-after-rope", "QK-norm applied to the rotated q and k instead of before RoPE", logit_rows, "QK-norm",
+                       [](const Config& c) { return c.qk_norm; });
+    v.policy = std::make_shared<QkNormAfterRope>();
     r.add(std::move(v));
   }
   {

@@ -83,6 +83,31 @@ class ZooRotary final : public Rotary {
 };
 }  // namespace
 
+namespace {
+// `policy` with q and k normed after it positions them (QK-norm after RoPE).
+class NormsAfter final : public AttentionPolicy {
+ public:
+  NormsAfter(const AttentionPolicy& p, NormImpl& q, NormImpl& k) : p_(p), q_(q), k_(k) {}
+  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
+    p_.position(q, k, v, start, r);
+    q = q_.forward(q), k = k_.forward(k);
+  }
+  void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions, const Rotary& r) const override {
+    p_.position_rows(q, k, v, positions, r);
+    q = q_.forward(q), k = k_.forward(k);
+  }
+  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override {
+    return p_.mask(tq, tk, opts, window);
+  }
+  std::optional<double> softcap(std::optional<double> cap, int64_t tq) const override { return p_.softcap(cap, tq); }
+
+ private:
+  const AttentionPolicy& p_;
+  NormImpl& q_;
+  NormImpl& k_;
+};
+}  // namespace
+
 std::shared_ptr<const Rotary> make_rotary(const Config& cfg) {
   const Config seed;
   if (cfg.rope_theta == seed.rope_theta && cfg.partial_rotary == seed.partial_rotary && cfg.rope_pairing == seed.rope_pairing &&
@@ -111,7 +136,13 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const Atte
   auto parts = qkv->forward(x).split_with_sizes({Hq, Hkv, Hkv}, -1);  // (B, T, H hd), 2 x (B, T, G hd)
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, hd_}).transpose(1, 2); };
   at::Tensor q = heads(parts[0], n_heads_), k = heads(parts[1], n_kv_);  // (B, H, T, hd), (B, G, T, hd)
-  if (q_norm) q = q_norm->forward(q), k = k_norm->forward(k);            // QK-norm: before RoPE (SPEC 10)
+  if (q_norm && policy.qk_norm_before_rope()) {
+    q = q_norm->forward(q), k = k_norm->forward(k);  // QK-norm: before RoPE (SPEC 10)
+  } else if (q_norm) {  // a policy that norms after positioning (a fault): its positioning, then the norms
+    const NormsAfter after(policy, *q_norm, *k_norm);
+    return out->forward(attend_heads(q, k, heads(parts[2], n_kv_), start, after, cache, layer, positions)
+                            .transpose(1, 2).reshape({B, T, Hq}));  // (B, T, d)
+  }
   const at::Tensor y = attend_heads(q, k, heads(parts[2], n_kv_), start, policy, cache, layer, positions);  // (B, H, T, hd)
   return out->forward(y.transpose(1, 2).reshape({B, T, Hq}));                                              // (B, T, d)
 }
@@ -226,9 +257,10 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   }
 }
 
-at::Tensor GPTImpl::head(const at::Tensor& x) {
+at::Tensor GPTImpl::head(const at::Tensor& x, const AttentionPolicy& policy) {
   at::Tensor logits = at::linear(norm->forward(x), lm_head ? lm_head->weight : emb->weight);  // (..., d) -> (..., V)
-  if (cfg_.final_softcap > 0) logits = softcap(logits, cfg_.final_softcap);
+  if (cfg_.final_softcap > 0)
+    if (const auto cap = policy.final_softcap(cfg_.final_softcap)) logits = softcap(logits, *cap);
   return logits;
 }
 
@@ -271,7 +303,7 @@ at::Tensor GPTImpl::forward_last(const at::Tensor& idx) {
 at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "forward");
   at::Tensor x = embed(idx);                          // (B, T, d)
-  return head(run_blocks(x, /*start=*/0, policy, nullptr));  // (B, T, V)
+  return head(run_blocks(x, /*start=*/0, policy, nullptr), policy);  // (B, T, V)
 }
 
 at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {
@@ -290,7 +322,7 @@ at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
   at::Tensor x = embed(idx);             // (B, T, d)
   x = run_blocks(x, start, policy, &cache);     // (B, T, d)
-  return head(x.select(1, x.size(1) - 1));      // (B, V)
+  return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
 }
 
 at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
@@ -298,7 +330,7 @@ at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Ten
     throw std::invalid_argument("step_at: positions must be (B, T) like idx");
   at::Tensor x = embed(idx);                                          // (B, T, d)
   x = run_blocks(x, /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
-  return head(x.select(1, x.size(1) - 1));                                  // (B, V)
+  return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
 }
 
 std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {

@@ -41,7 +41,7 @@ GPT sharp(const Config& c) {
 
 TEST(ZooFaults, EachCaughtWhereItsFeatureIsAndNowhereElse) {
   const auto faults = cache_registry().zoo_faults();
-  ASSERT_GE(faults.size(), 8u);
+  ASSERT_GE(faults.size(), 10u);
   const auto seed_faults = cache_registry().all(/*faults=*/true);
   for (const auto* f : faults)
     EXPECT_EQ(std::find(seed_faults.begin(), seed_faults.end(), f), seed_faults.end()) << f->name << " is kept out of the seed's fault list";

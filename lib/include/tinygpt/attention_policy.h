@@ -55,6 +55,10 @@ class AttentionPolicy {
   // The attention soft-cap tq queries' scores get (SPEC 10): production, the model's `cap` (none when
   // the model has none).
   virtual std::optional<double> softcap(std::optional<double> cap, int64_t tq) const { return cap; }
+  // The final logits' soft-cap: production, the model's.
+  virtual std::optional<double> final_softcap(std::optional<double> cap) const { return cap; }
+  // Whether a QK-norm model (SPEC 10) norms q and k before RoPE. Production: yes (Qwen3).
+  virtual bool qk_norm_before_rope() const { return true; }
 };
 
 // Production policy, shared and stateless.

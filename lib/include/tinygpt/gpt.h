@@ -191,8 +191,8 @@ class GPTImpl : public torch::nn::Module {
   Linear lm_head{nullptr};  // untied models only: weight (V, d), state-dict name head.weight
 
  private:
-  // The final norm, the head and the final soft-cap: x (..., d) -> logits (..., V).
-  at::Tensor head(const at::Tensor& x);
+  // The final norm, the head and the final soft-cap (as `policy` has it): x (..., d) -> logits (..., V).
+  at::Tensor head(const at::Tensor& x, const AttentionPolicy& policy = production_policy());
   // The embedding (scaled by sqrt(d) where the config says): idx (B, T) -> (B, T, d).
   at::Tensor embed(const at::Tensor& idx);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
