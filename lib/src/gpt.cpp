@@ -109,9 +109,7 @@ class NormsAfter final : public AttentionPolicy {
 }  // namespace
 
 std::shared_ptr<const Rotary> make_rotary(const Config& cfg) {
-  const Config seed;
-  if (cfg.rope_theta == seed.rope_theta && cfg.partial_rotary == seed.partial_rotary && cfg.rope_pairing == seed.rope_pairing &&
-      cfg.rope_scaling == seed.rope_scaling)
+  if (is_seed_rope(cfg))
     return std::shared_ptr<const Rotary>(&seed_rotary(), [](const Rotary*) {});  // shared and static
   return std::make_shared<ZooRotary>(cfg);
 }

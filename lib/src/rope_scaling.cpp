@@ -33,6 +33,12 @@ at::Tensor powers(double theta, int64_t r) {
 
 int64_t RopeSpec::rotated() const { return static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary); }
 
+bool is_seed_rope(const Config& c) {
+  const Config seed;
+  return c.rope_theta == seed.rope_theta && c.partial_rotary == seed.partial_rotary && c.rope_pairing == seed.rope_pairing &&
+         c.rope_scaling == seed.rope_scaling;
+}
+
 RopeSpec rope_spec(const Config& c) {
   RopeSpec s;
   s.theta = c.rope_theta;

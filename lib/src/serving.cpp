@@ -1,7 +1,5 @@
 #include "tinygpt/serving.h"
 
-#include "tinygpt/rope_scaling.h"
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -299,10 +297,8 @@ void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
   const std::string why = s.cache->save_unsupported();
   if (!why.empty()) throw std::logic_error(why);
   const int64_t hd = cfg.head_dim(), rot = schedule_.shift_rotation(discard);
-  const bool seed_rope = cfg.rope_theta == Config().rope_theta && cfg.partial_rotary == 1 && cfg.rope_pairing == RopePairing::Adjacent &&
-                         cfg.rope_scaling.kind == RopeScaling::Kind::None;
   std::optional<Rotation> zoo_rope;  // a zoo member's RoPE turns the kept keys back by its own frequencies (SPEC 10)
-  if (!seed_rope) {
+  if (!is_seed_rope(cfg)) {
     RopeSpec spec = rope_spec(cfg);
     if (!schedule_.shift_uses_rope_scaling()) spec.scaling = RopeScaling{};
     zoo_rope.emplace(spec, cfg.rope_pairing);

@@ -24,9 +24,7 @@ class ReferenceEntries final : public KVCache {
  public:
   explicit ReferenceEntries(const Config& cfg)
       : k_(static_cast<size_t>(cfg.n_layers)), v_(static_cast<size_t>(cfg.n_layers)), spec_(rope_spec(cfg)),
-        pairing_(cfg.rope_pairing),
-        seed_rope_(cfg.rope_theta == Config().rope_theta && cfg.partial_rotary == 1 && cfg.rope_pairing == RopePairing::Adjacent &&
-                   cfg.rope_scaling.kind == RopeScaling::Kind::None) {}
+        pairing_(cfg.rope_pairing), seed_rope_(is_seed_rope(cfg)) {}
   // k, v (1, H, T, hd) appended; returns every entry (1, H, S, hd).
   std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
     auto& K = k_.at(static_cast<size_t>(l));

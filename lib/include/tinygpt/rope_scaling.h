@@ -26,6 +26,9 @@ struct RopeSpec {
 
 // RoPE's knobs of `c` as a spec (theta, head_dim, partial rotary, scaling).
 RopeSpec rope_spec(const Config& c);
+// Whether `c`'s RoPE is the seed's (SPEC 2: theta 10000, the whole head, adjacent pairs, no scaling),
+// which keeps its own code (rope.h) and its bits.
+bool is_seed_rope(const Config& c);
 
 // std::invalid_argument("rope: <field> ...") on the first field out of its domain: theta <= 1, a
 // rotated width that is odd or zero, a factor <= 0, llama3's high_freq_factor <= low_freq_factor,
