@@ -84,6 +84,24 @@ class WindowOnlyInPrefill final : public AttentionPolicy {
   }
 };
 
+// A sliding layer's cache sized and trimmed at the context, not at its window, and the attention
+// reading every key the cache holds (the kernel trusting the cache to be the window: TensorRT-LLM PR
+// #12597, Mistral ran full attention; transformers #37574's family): the window never applies, in
+// the prefill or the decode.
+class NoWindowInMask final : public AttentionPolicy {
+ public:
+  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t) const override {
+    return AttentionPolicy::mask(tq, tk, opts, 0);
+  }
+};
+
+// Gemma's (1 + w) applied twice: the loader folded the 1 into the weight and the norm adds it again
+// (vLLM PR #31464), so every norm scales by 2 + w.
+class NormPlusOneTwice final : public AttentionPolicy {
+ public:
+  double norm_weight_offset() const override { return 2.0; }
+};
+
 // The attention soft-cap applied in the prefill only: a decode step's scores go uncapped (llama.cpp
 // PR #8197's family: Gemma 2's caps missing on a path).
 class SoftcapMissingInDecode final : public AttentionPolicy {
@@ -201,6 +219,15 @@ void register_zoo_faults(CacheRegistry& r) {
     r.add(std::move(v));
   }
   {
+    auto v = zoo_fault("local-cache-trimmed-at-context",
+                       "a sliding layer's cache keeps the global window and attention reads all it holds: the window never "
+                       "applies (TensorRT-LLM PR #12597)",
+                       logit_rows, "a sliding layer", sliding);
+    v.policy = std::make_shared<NoWindowInMask>();
+    v.make_cache = [](const Config& c) { return std::make_unique<RollingKVCache>(c.n_layers, c.context); };
+    r.add(std::move(v));
+  }
+  {
     auto v = zoo_fault("softcap-missing-in-decode", "the attention soft-cap applied in the prefill only (llama.cpp PR #8197's family)",
                        logit_rows, "an attention soft-cap", [](const Config& c) { return c.attn_softcap > 0; });
     v.policy = std::make_shared<SoftcapMissingInDecode>();
@@ -216,6 +243,13 @@ void register_zoo_faults(CacheRegistry& r) {
     auto v = zoo_fault("qk-norm-after-rope", "QK-norm applied to the rotated q and k instead of before RoPE", logit_rows, "QK-norm",
                        [](const Config& c) { return c.qk_norm; });
     v.policy = std::make_shared<QkNormAfterRope>();
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("norm-plus-one-twice", "Gemma's (1 + w) norms add the 1 twice: every norm scales by 2 + w (vLLM PR #31464)",
+                       logit_rows, "Gemma's (1 + w) norm",
+                       [](const Config& c) { return c.norm == NormKind::RMSNormPlusOne; });
+    v.policy = std::make_shared<NormPlusOneTwice>();
     r.add(std::move(v));
   }
   {

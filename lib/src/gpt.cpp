@@ -58,6 +58,11 @@ void NormImpl::reset() {
 // LayerNorm is at::layer_norm, as torch::nn::LayerNorm computes it: the seed's bits.
 at::Tensor NormImpl::forward(const at::Tensor& x) { return zoo_norm(x, weight, bias, eps_, kind_); }
 
+at::Tensor NormImpl::forward(const at::Tensor& x, const AttentionPolicy& policy) {
+  const double offset = kind_ == NormKind::RMSNormPlusOne ? policy.norm_weight_offset() : 1.0;
+  return offset == 1.0 ? forward(x) : zoo_norm(x, weight + (offset - 1.0), bias, eps_, kind_);
+}
+
 namespace {
 // A zoo member's RoPE (SPEC 10) through rope_scaling.h's Rotation.
 class ZooRotary final : public Rotary {
@@ -90,11 +95,11 @@ class NormsAfter final : public AttentionPolicy {
   NormsAfter(const AttentionPolicy& p, NormImpl& q, NormImpl& k) : p_(p), q_(q), k_(k) {}
   void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
     p_.position(q, k, v, start, r);
-    q = q_.forward(q), k = k_.forward(k);
+    q = q_.forward(q, p_), k = k_.forward(k, p_);
   }
   void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions, const Rotary& r) const override {
     p_.position_rows(q, k, v, positions, r);
-    q = q_.forward(q), k = k_.forward(k);
+    q = q_.forward(q, p_), k = k_.forward(k, p_);
   }
   at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override {
     return p_.mask(tq, tk, opts, window);
@@ -135,7 +140,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const Atte
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, hd_}).transpose(1, 2); };
   at::Tensor q = heads(parts[0], n_heads_), k = heads(parts[1], n_kv_);  // (B, H, T, hd), (B, G, T, hd)
   if (q_norm && policy.qk_norm_before_rope()) {
-    q = q_norm->forward(q), k = k_norm->forward(k);  // QK-norm: before RoPE (SPEC 10)
+    q = q_norm->forward(q, policy), k = k_norm->forward(k, policy);  // QK-norm: before RoPE (SPEC 10)
   } else if (q_norm) {  // a policy that norms after positioning (a fault): its positioning, then the norms
     const NormsAfter after(policy, *q_norm, *k_norm);
     return out->forward(attend_heads(q, k, heads(parts[2], n_kv_), start, after, cache, layer, positions)
@@ -204,12 +209,12 @@ at::Tensor BlockImpl::mlp_forward(const at::Tensor& x) {
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
                               KVCache* cache, int64_t layer, const at::Tensor& positions) {
-  at::Tensor a = attn->forward(norm1->forward(x), start, policy, cache, layer, positions);  // (B, T, d)
-  if (parallel_) return mlp_forward(norm2->forward(x)) + a + x;  // GPT-NeoX's order of the adds
-  if (sandwich_) a = post_attn_norm->forward(a);
+  at::Tensor a = attn->forward(norm1->forward(x, policy), start, policy, cache, layer, positions);  // (B, T, d)
+  if (parallel_) return mlp_forward(norm2->forward(x, policy)) + a + x;  // GPT-NeoX's order of the adds
+  if (sandwich_) a = post_attn_norm->forward(a, policy);
   const at::Tensor h = x + a;                   // (B, T, d)
-  at::Tensor m = mlp_forward(norm2->forward(h));
-  if (sandwich_) m = post_mlp_norm->forward(m);
+  at::Tensor m = mlp_forward(norm2->forward(h, policy));
+  if (sandwich_) m = post_mlp_norm->forward(m, policy);
   return h + m;                                 // (B, T, d)
 }
 
@@ -256,7 +261,7 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
 }
 
 at::Tensor GPTImpl::head(const at::Tensor& x, const AttentionPolicy& policy) {
-  at::Tensor logits = at::linear(norm->forward(x), lm_head ? lm_head->weight : emb->weight);  // (..., d) -> (..., V)
+  at::Tensor logits = at::linear(norm->forward(x, policy), lm_head ? lm_head->weight : emb->weight);  // (..., d) -> (..., V)
   if (cfg_.final_softcap > 0)
     if (const auto cap = policy.final_softcap(cfg_.final_softcap)) logits = softcap(logits, *cap);
   return logits;

@@ -59,6 +59,9 @@ class AttentionPolicy {
   virtual std::optional<double> final_softcap(std::optional<double> cap) const { return cap; }
   // Whether a QK-norm model (SPEC 10) norms q and k before RoPE. Production: yes (Qwen3).
   virtual bool qk_norm_before_rope() const { return true; }
+  // What a Gemma norm, (x / rms(x)) (offset + w), adds to its stored weight (SPEC 10). Production: 1.
+  // Other norms have no offset and ignore it.
+  virtual double norm_weight_offset() const { return 1.0; }
 };
 
 // Production policy, shared and stateless.

@@ -59,6 +59,8 @@ class NormImpl : public torch::nn::Cloneable<NormImpl> {
   NormImpl(int64_t d, NormKind kind, double eps);
   void reset() override;
   at::Tensor forward(const at::Tensor& x);
+  // The same with the policy's offset for the (1 + w) form (a fault may change it).
+  at::Tensor forward(const at::Tensor& x, const AttentionPolicy& policy);
   double eps() const { return eps_; }
   NormKind kind() const { return kind_; }
 
