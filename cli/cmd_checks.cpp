@@ -10,6 +10,7 @@
 #include "report_files.h"
 #include "tinygpt/checks/catalogue.h"
 #include "tinygpt/checks/data.h"
+#include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/report.h"
 #include "tinygpt/checks/target.h"
@@ -80,13 +81,24 @@ Command add_equivalence(CLI::App& app) {
                   "row); default: the default set (" + join(checks::model_checks_with(static_cast<checks::Tags>(checks::Tag::Default))) +
                       "). `tinygpt checks` lists them")
       ->delimiter(',');
-  return {cmd, [o, names] {
+  auto variation = std::make_shared<uint64_t>(0);
+  cmd->add_option("--vary", *variation,
+                  "held-out runs: N > 0 runs the serving rows with another churn plan (seed 36 + N), other prompt lengths and\n"
+                  "another context-shift keep, so positions and magnitudes move while the operations stay; --diagnose reruns its\n"
+                  "faults the same way (0: the documented runs)")
+      ->capture_default_str();
+  auto diagnose = std::make_shared<bool>(false);
+  cmd->add_flag("--diagnose", *diagnose,
+                "when rows fail, run the fault catalogue through the same rows and say which fault's signature they show\n"
+                "(the operation each failure followed, where it started, how it grew), or what they show when none does");
+  return {cmd, [o, names, variation, diagnose] {
             const c10::Device dev = apply_run_options(o->run);
             const auto& variant = checks::cache_registry().get(o->cache);
             GPT model = load_model(o->model, dev);
             checks::EquivalenceOptions opts;
             opts.prompt = batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch, model->config().vocab_size, dev);
             opts.tokens = o->tokens;
+            opts.variation = *variation;
             std::cerr << "equivalence: cache " << variant.name << ", " << opts.tokens << " tokens, batch " << o->batch
                       << " on " << dev << "\n";
             for (const auto& n : *names) checks::find_check(n);  // an unknown name is bad input, before the run
@@ -95,7 +107,16 @@ Command add_equivalence(CLI::App& app) {
             // A low-precision cache is judged by its KL budget (the variant's kv_budget).
             const auto r = checks::run_checks(model, checks::judged_as(opts, variant), target, *names, &ref);
             std::cout << checks::format_equivalence(r);
-            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(r), dev));
+            nlohmann::json doc = checks::to_json(r);
+            if (*diagnose && !r.passed()) {
+              const auto d = checks::diagnose(model, checks::judged_as(opts, variant), r.checks,
+                                              [](const std::string& s) { std::cerr << "equivalence: " << s << "\n"; });
+              if (d.ran()) {
+                std::cout << "diagnosis: " << d.text << "\n";
+                doc["diagnosis"] = checks::to_json(d);
+              }
+            }
+            if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(doc, dev));
             if (o->report.any()) {
               tools::ReportInput in;
               in.command = "equivalence";

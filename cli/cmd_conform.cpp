@@ -79,6 +79,11 @@ Command add_conform(CLI::App& app) {
   cmd->add_flag("--diagnose", c.diagnose,
                 "when model rows fail, run the fault catalogue on our model through the same rows and say which fault\n"
                 "fails exactly those rows at the same first positions (and what to do), or that none does");
+  cmd->add_option("--vary", c.variation,
+                  "held-out runs: N > 0 runs the serving rows with another churn plan (seed 36 + N), other prompt lengths and\n"
+                  "another context-shift keep, so positions and magnitudes move while the operations stay; --diagnose reruns its\n"
+                  "faults the same way (0: the documented runs)")
+      ->capture_default_str();
   cmd->add_option("--timeout", c.timeout_s, "seconds to wait for each answer")->capture_default_str()->check(kPositive);
   cmd->add_option("--checks", c.groups,
                   "run only these: model check names (" + checks::model_check_list() + ")\n"

@@ -145,6 +145,7 @@ std::string options_key(const EquivalenceOptions& o) {
     << o.long_tokens << " reset " << o.reset_tokens << " serving " << o.serving_tokens << " self " << o.self_stride << " invariance "
     << o.require_batch_invariance << o.require_thread_invariance << " threads";
   for (int t : o.thread_counts) s << " " << t;
+  if (o.variation) s << " vary " << o.variation;  // absent at 0: the keys of the documented runs are unchanged
   s << " past " << o.past_window << " (" << o.inside_window_why << ") tol " << o.tolerance.logits << "/" << o.tolerance.self << "/"
     << (o.tolerance.max_kl ? *o.tolerance.max_kl : -1.0) << "/" << (o.tolerance.min_top1 ? *o.tolerance.min_top1 : -1.0) << " device "
     << o.prompt.device().str();

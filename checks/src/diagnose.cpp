@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <type_traits>
 
@@ -15,6 +16,7 @@
 
 #include "tinygpt/atomic_file.h"
 #include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/check_names.h"
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/checks/target.h"
 
@@ -53,14 +55,48 @@ bool is_model_check(const std::string& name) {
   return std::any_of(t.begin(), t.end(), [&](const CheckDef& c) { return c.name == name; });
 }
 
+// How each serving row's operation reads in a diagnosis: the operation a failure of the row followed,
+// and the entries it touched. The churn row says its own (ChurnSignature, its labels).
+struct RowOp {
+  const char* op;
+  const char* entries;
+};
+const std::map<std::string, RowOp>& row_ops() {
+  static const std::map<std::string, RowOp> m = {
+      {check::kRagged, {"a ragged prefill", "of rows of other lengths beside it"}},
+      {check::kJoinLeave, {"release + admit", "of a joined row, in a released row's slot"}},
+      {check::kFork, {"fork", "copied from the parent"}},
+      {check::kRollback, {"truncate", "a rollback kept or brought back"}},
+      {check::kBatchSizes, {"a batch of another size", "of the batch's rows"}},
+      {check::kChunkedPrefill, {"extend", "of the new chunk"}},
+      {check::kThreadCounts, {"threads", "computed on other threads"}},
+      {check::kPrefixReuse, {"admit with a reused prefix", "reused from another row"}},
+      {check::kSharedPrefix, {"a shared prefix", "shared between rows"}},
+      {check::kSaveRestore, {"save + restore", "restored"}},
+      {check::kRollbackAfterRestore, {"truncate after a restore", "restored, then rolled back"}},
+      {check::kContextShift, {"shift", "shifted"}},
+      {check::kReuseAfterShift, {"admit with a prefix reused after a shift", "reused from a shifted row"}},
+      {check::kReusePastWindow, {"admit with a prefix reused past the window", "reused from a row past the window"}},
+      {check::kServed, {"generate (the engine's own schedule)", "of the engine's own schedule"}},
+  };
+  return m;
+}
+
+// What one row showed where it first parted: the signature a diagnosis matches by.
+struct RowSeen {
+  std::optional<int64_t> first;   // the first position over its bound (the request's frame)
+  std::optional<int64_t> own;     // that position in the engine's frame, where it differs (long-prompt, a shifted churn row)
+  std::optional<double> size;     // the |diff| there
+  std::optional<double> worst;    // its largest |diff| (how the error grew after the first)
+  std::optional<double> kl;       // its mean KL
+  std::optional<int64_t> worst_at;  // where its |diff| peaks
+  std::string op;                 // churn: the operation the first divergence followed ("fork", ...); "" elsewhere
+  std::string followed;           // churn: that operation in words, with its script line
+};
+
 struct Seen {
   std::set<std::string> failing;
-  std::map<std::string, int64_t> first;  // row -> first position over its bound
-  std::map<std::string, double> size;    // row -> the |diff| there
-  std::map<std::string, int64_t> own;    // row -> that position in the engine's frame, where it differs (long-prompt)
-  std::map<std::string, double> worst;   // row -> its largest |diff| (how the error grew after the first)
-  std::map<std::string, double> kl;      // row -> its mean KL
-  std::map<std::string, int64_t> worst_at;  // row -> where its |diff| peaks
+  std::map<std::string, RowSeen> rows;  // per failing row
 };
 
 Seen seen_in(const std::vector<CheckResult>& rows) {
@@ -68,18 +104,64 @@ Seen seen_in(const std::vector<CheckResult>& rows) {
   for (const auto& r : rows) {
     if (!r.failed() || !is_model_check(r.name)) continue;
     s.failing.insert(r.name);
-    auto take = [&](const char* key, auto& into) {  // the row's statistic, where it has one
+    RowSeen& x = s.rows[r.name];
+    auto stat = [&](const char* key) -> std::optional<double> {
       const auto it = r.stats.find(key);
-      if (it != r.stats.end()) into[r.name] = static_cast<typename std::decay_t<decltype(into)>::mapped_type>(it->second);
+      return it == r.stats.end() ? std::nullopt : std::optional<double>(it->second);
     };
-    take("first_over", s.first);
-    take("first_over_engine", s.own);
-    take("first_over_diff", s.size);
-    take("max_abs_diff", s.worst);
-    take("worst_at", s.worst_at);
-    take("kl_mean", s.kl);
+    auto pos = [&](const char* key) -> std::optional<int64_t> {
+      const auto v = stat(key);
+      return v ? std::optional<int64_t>(static_cast<int64_t>(*v)) : std::nullopt;
+    };
+    x.first = pos("first_over");
+    x.own = pos("first_over_engine");
+    x.size = stat("first_over_diff");
+    x.worst = stat("max_abs_diff");
+    x.kl = stat("kl_mean");
+    x.worst_at = pos("worst_at");
+    auto label = [&](const char* key) {
+      const auto it = r.labels.find(key);
+      return it == r.labels.end() ? std::string() : it->second;
+    };
+    x.op = label("op");
+    x.followed = label("followed");
   }
   return s;
+}
+
+// Whether two comma-joined lists of operation kinds ("extend,fork") name one in common.
+bool shares_one(const std::string& a, const std::string& b) {
+  auto split = [](const std::string& s) {
+    std::set<std::string> out;
+    size_t i = 0;
+    while (i <= s.size()) {
+      const size_t j = std::min(s.find(',', i), s.size());
+      if (j > i) out.insert(s.substr(i, j - i));
+      i = j + 1;
+    }
+    return out;
+  };
+  const auto x = split(a), y = split(b);
+  return std::any_of(x.begin(), x.end(), [&](const std::string& k) { return y.count(k) > 0; });
+}
+
+// What the engine showed in one failing row, in words: the operation it followed, the entries, where.
+std::string saw_in(const std::string& name, const RowSeen& x, int64_t context) {
+  std::string out = name + ": ";
+  if (!x.op.empty()) {
+    out += "after " + x.followed;
+  } else if (const auto it = row_ops().find(name); it != row_ops().end()) {
+    out += "after " + std::string(it->second.op) + " (entries " + it->second.entries + ")";
+  } else {
+    out += "a plain step (no serving operation)";
+  }
+  if (!x.first) {
+    out += ", the row names no position";
+  } else {
+    out += ", first at position " + std::to_string(*x.first) + (x.own ? " (the engine's " + std::to_string(*x.own) + ")" : "") +
+           (*x.first >= context ? ", past the window" : ", inside the window");
+  }
+  return out;
 }
 
 // A catalogue fault's run of `rows` on our model: what the diagnosis compares the engine with. It is
@@ -99,6 +181,7 @@ std::vector<CheckResult> fault_run(GPT& model, const EquivalenceOptions& opts, c
         r.name = j.at("name").get<std::string>();
         r.status = j.at("failed").get<bool>() ? Status::Fail : Status::Pass;
         r.stats = j.at("stats").get<std::map<std::string, double>>();
+        if (j.contains("labels")) r.labels = j.at("labels").get<std::map<std::string, std::string>>();
         out.push_back(std::move(r));
       }
       return out;
@@ -109,7 +192,7 @@ std::vector<CheckResult> fault_run(GPT& model, const EquivalenceOptions& opts, c
   std::vector<CheckResult> out = run_checks(model, opts, t, rows, &ref).checks;
   if (!path.empty()) {
     nlohmann::json doc = {{"fault", f.name}, {"rows", nlohmann::json::array()}};
-    for (const auto& r : out) doc["rows"].push_back({{"name", r.name}, {"failed", r.failed()}, {"stats", r.stats}});
+    for (const auto& r : out) doc["rows"].push_back({{"name", r.name}, {"failed", r.failed()}, {"stats", r.stats}, {"labels", r.labels}});
     try {
       std::filesystem::create_directories(std::filesystem::path(path).parent_path());
       write_text_atomically(path, doc.dump());
@@ -121,14 +204,20 @@ std::vector<CheckResult> fault_run(GPT& model, const EquivalenceOptions& opts, c
 
 std::string positions(const Seen& s, const std::vector<std::string>& order) {
   std::string out;
-  for (const auto& n : order)
-    if (s.first.count(n))
-      out += (out.empty() ? "" : ", ") + n + " " + std::to_string(s.first.at(n)) +
-             (s.own.count(n) ? " (the engine's " + std::to_string(s.own.at(n)) + ")" : "");
+  for (const auto& n : order) {
+    const auto it = s.rows.find(n);
+    if (it == s.rows.end() || !it->second.first) continue;
+    const RowSeen& x = it->second;
+    out += (out.empty() ? "" : ", ") + n + " " + std::to_string(*x.first) + (x.own ? " (the engine's " + std::to_string(*x.own) + ")" : "");
+  }
   return out;
 }
 
 }  // namespace
+
+nlohmann::json to_json(const Diagnosis& d) {
+  return {{"failing", d.failing}, {"matches", d.matches}, {"closest", d.closest}, {"saw", d.saw}, {"text", d.text}};
+}
 
 Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector<CheckResult>& rows,
                    const std::function<void(const std::string&)>& progress) {
@@ -147,8 +236,13 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   // the rows that must catch it which the run judged (a match must pass the ones the engine passed).
   std::vector<const CacheVariant*> faults;
   std::vector<std::vector<std::string>> runs;
+  // Churn drives every operation, so it catches every serving fault whose matrix runs it, whichever row
+  // the fault is named for: with churn failing, those are candidates too.
+  const bool churn_failed = engine.failing.count(check::kChurn) > 0;
   for (const CacheVariant* f : cache_registry().all(/*faults=*/true)) {
-    if (std::none_of(f->expected.begin(), f->expected.end(), [&](const std::string& n) { return engine.failing.count(n) > 0; }))
+    const bool churned = churn_failed && std::count(f->checks.begin(), f->checks.end(), std::string(check::kChurn)) > 0;
+    if (!churned &&
+        std::none_of(f->expected.begin(), f->expected.end(), [&](const std::string& n) { return engine.failing.count(n) > 0; }))
       continue;
     std::vector<std::string> run;
     for (const auto& c : model_checks())
@@ -168,87 +262,114 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
       got[i] = Seen{};  // a fault that cannot run these rows matches nothing
     }
   });
+  const int64_t context = model->config().context;
   int best = -1000;
   size_t closest = faults.size();
-  std::vector<std::pair<double, std::string>> same_rows;  // how far the |diff| there is (log ratio), fault
-  std::vector<std::string> unplaced;  // the same rows fail, but no row names a position to match by
+  // Faults failing the same rows, by how they compare with the engine's failures (diagnose.h):
+  struct Candidate {
+    bool exact = false;  // every position equal too (ranked first)
+    double far = 0;      // how far the magnitudes are (log ratio), the tie-break
+    std::string name;
+    std::string differs;  // for one that resembles: where its signature differs, in words
+    bool operator<(const Candidate& o) const { return exact != o.exact ? exact : far != o.far ? far < o.far : name < o.name; }
+  };
+  std::vector<Candidate> same_signature;  // the signature holds: a match
+  std::vector<Candidate> resembling;      // the same rows, but the signature differs
+  std::vector<std::string> unplaced;      // the same rows, and no row says where it parted
   for (size_t i = 0; i < faults.size(); ++i) {
     const Seen& g = got[i];
-    bool same = g.failing == engine.failing;
-    // How far the fault's figures are from the engine's, as a log ratio: the |diff| where the row
-    // first parts, and how the error grows after it - the row's worst |diff| and its mean KL (which
-    // goes as a |diff| squared, so half its log ratio). Two faults that break the same step alike can
-    // grow apart: a cache one entry short stays near its first error, one never trimmed keeps growing.
-    double far = 0;
-    auto apart = [&](const std::map<std::string, double>& a, const std::map<std::string, double>& b, const std::string& n,
-                     double weight) {
-      if (a.count(n) && b.count(n) && a.at(n) > 0 && b.at(n) > 0) far = std::max(far, weight * std::abs(std::log(a.at(n) / b.at(n))));
-    };
-    int placed = 0;  // failing rows where both name the position they part at: the evidence of a match
-    for (const auto& [n, p] : engine.first) {
-      if (g.first.count(n) && g.first.at(n) != p) same = false;
-      if (g.first.count(n)) ++placed;
-      apart(g.size, engine.size, n, 1.0);
-      apart(g.worst, engine.worst, n, 1.0);
-      apart(g.kl, engine.kl, n, 0.5);
-      // Where the error peaks, when it grew well past its first |diff| on both (a peak, not noise):
-      // a cache that keeps the prompt's first tokens peaks soon after the window, one never trimmed
-      // keeps growing to the end, at like sizes.
-      auto grew = [&](const Seen& x) {
-        return x.worst.count(n) && x.size.count(n) && x.worst_at.count(n) && x.worst.at(n) > 2 * x.size.at(n);
-      };
-      if (grew(g) && grew(engine)) {
-        const int64_t e_at = engine.worst_at.at(n), slack = std::max<int64_t>(4, (e_at - p) / 3);
-        if (std::abs(g.worst_at.at(n) - e_at) > slack) far = std::max(far, 1e9);
-      }
-    }
-    if (same && placed == 0) unplaced.push_back(faults[i]->name);
-    else if (same) same_rows.emplace_back(far, faults[i]->name);
     int overlap = 0;  // rows both fail, less the rows only one of them fails
     for (const auto& n : g.failing) overlap += engine.failing.count(n) ? 1 : -1;
     for (const auto& n : engine.failing) overlap -= g.failing.count(n) ? 0 : 1;
     if (overlap > best && !g.failing.empty()) best = overlap, closest = i;
+    if (g.failing != engine.failing) continue;
+    // The signature, row by row (diagnose.h).
+    bool holds = true, exact = true;
+    int placed = 0;
+    std::string differs;
+    auto differ = [&](const std::string& why) {
+      if (differs.empty()) differs = why;
+    };
+    double far = 0, far_steps = 0;
+    for (const auto& [n, e] : engine.rows) {
+      const RowSeen& f = g.rows.at(n);
+      double apart = 0;
+      auto ratio = [&](const std::optional<double>& a, const std::optional<double>& b, double weight) {
+        if (a && b && *a > 0 && *b > 0) apart = std::max(apart, weight * std::abs(std::log(*a / *b)));
+      };
+      ratio(f.size, e.size, 1.0);
+      ratio(f.worst, e.worst, 1.0);
+      ratio(f.kl, e.kl, 0.5);  // KL goes as a |diff| squared
+      far = std::max(far, apart);
+      if (e.first && f.first && *e.first != *f.first) exact = false;
+      if (!e.op.empty() && !f.op.empty()) {
+        // Churn: the operations between the row's last right logits and its first wrong ones, on both
+        // sides; the bug's is among them, so they must share one (the same set ranks first). Its
+        // positions and magnitudes follow the engine's schedule and storage: they only rank.
+        ++placed;
+        if (!shares_one(e.op, f.op)) holds = false, differ(n + " after " + f.op);
+        if (e.op != f.op) exact = false;
+        continue;
+      }
+      // Every other row runs the check's own schedule: the same first position, a like |diff| there and
+      // at the row's worst (within kFactor), the same peak when the error grew well past its first |diff|.
+      if (e.first && f.first) {
+        ++placed;
+        if (*e.first != *f.first) holds = false, differ(n + " first at " + std::to_string(*f.first));
+      }
+      far_steps = std::max(far_steps, apart);
+      if (apart > std::log(3.0)) differ(n + " by a |diff| " + std::to_string(static_cast<int>(std::lround(std::exp(apart)))) + " times apart");
+      auto grew = [](const RowSeen& x) { return x.worst && x.size && x.worst_at && *x.worst > 2 * *x.size; };
+      if (e.first && grew(f) && grew(e)) {
+        const int64_t slack = std::max<int64_t>(4, (*e.worst_at - *e.first) / 3);
+        if (std::abs(*f.worst_at - *e.worst_at) > slack)
+          far_steps = std::max(far_steps, 1e9), differ(n + " peaking at " + std::to_string(*f.worst_at));
+      }
+    }
+    constexpr double kFactor = 3.0;
+    if (placed == 0) unplaced.push_back(faults[i]->name);
+    else if (holds && far_steps <= std::log(kFactor)) same_signature.push_back({exact, far, faults[i]->name, ""});
+    else resembling.push_back({exact, std::max(far, far_steps), faults[i]->name, differs});
   }
-  // The same rows, first at the same positions: the nearest |diff| there first (two bugs that both
-  // break the first decode step differ in how much).
-  // A match differs from the engine by less than kFactor in that |diff|; the others only resemble it.
-  constexpr double kFactor = 3.0;
-  std::sort(same_rows.begin(), same_rows.end());
-  std::vector<std::string> resembling;
-  for (const auto& [far, name] : same_rows) (far <= std::log(kFactor) ? d.matches : resembling).push_back(name);
+  std::sort(same_signature.begin(), same_signature.end());
+  std::sort(resembling.begin(), resembling.end());
+  for (const auto& c : same_signature) d.matches.push_back(c.name);
   const std::string where = positions(engine, order);
+  std::string saw;  // what the engine showed, row by row
+  for (const auto& n : order) saw += (saw.empty() ? "" : "; ") + saw_in(n, engine.rows.at(n), context);
+  d.saw = saw;
   d.text = "the failing rows (" + join(order) + (where.empty() ? "" : "; first over the bound at: " + where) + ") ";
   if (!d.matches.empty()) {
     const std::string& m = d.matches.front();
     const auto it = remedies().find(m);
-    d.text += "match the fault " + m + " on our model: the same rows fail, first at the same positions, by a like |diff| there and at their worst; " +
+    d.text += "match the fault " + m + " on our model: the same rows fail with the same signature (" + saw + ")" +
+              (same_signature.front().exact ? ", first at the same positions" : "") + "; " +
               (it != remedies().end() ? it->second : cache_registry().get(m).description);
     if (d.matches.size() > 1) {
-      d.text += " (also failing these rows at these positions, by a |diff| further from the engine's: " +
+      d.text += " (the same signature, by magnitudes further from the engine's: " +
                 join(std::vector<std::string>(d.matches.begin() + 1, d.matches.end())) + ")";
     }
-  } else if (!resembling.empty()) {
-    d.closest = resembling.front();
-    d.text += "match no known fault: " + join(resembling) + " fail" + (resembling.size() > 1 ? "" : "s") +
-              " these rows first at these positions on our model, but the error grows otherwise (a |diff| there or at the row's "
-              "worst more than " + std::to_string(int(kFactor)) + " times from the engine's, or the worst at another "
-              "position): another bug breaking the same step";
+    return d;
+  }
+  d.text += "match no known fault. What they show: " + saw + ".";
+  if (!resembling.empty()) {
+    d.closest = resembling.front().name;
+    std::vector<std::string> names;
+    for (const auto& c : resembling) names.push_back(c.name + " (" + c.differs + ")");
+    d.text += " Failing these rows on our model, with another signature: " + join(names) + " - another bug of the same rows.";
   } else if (!unplaced.empty()) {
     d.closest = unplaced.front();
-    d.text += "match no known fault for certain: " + join(unplaced) + " fail" + (unplaced.size() > 1 ? "" : "s") +
+    d.text += " " + join(unplaced) + " fail" + (unplaced.size() > 1 ? "" : "s") +
               " the same rows on our model, but neither side names a position where they part, so nothing tells them "
               "apart (another bug of the same operation, or that one)";
-  } else {
-    d.text += "match no known fault";
-    if (closest < faults.size()) {
-      d.closest = faults[closest]->name;
-      std::vector<std::string> fails;
-      for (const auto& c : model_checks())
-        if (got[closest].failing.count(c.name)) fails.push_back(c.name);
-      const std::string at = positions(got[closest], fails);
-      d.text += " (the closest, " + d.closest + " - " + faults[closest]->description + " - fails " + join(fails) +
-                (at.empty() ? "" : ", first at: " + at) + ")";
-    }
+  } else if (closest < faults.size()) {
+    d.closest = faults[closest]->name;
+    std::vector<std::string> fails;
+    for (const auto& c : model_checks())
+      if (got[closest].failing.count(c.name)) fails.push_back(c.name);
+    const std::string at = positions(got[closest], fails);
+    d.text += " The closest, " + d.closest + " - " + faults[closest]->description + " - fails " + join(fails) +
+              (at.empty() ? "" : ", first at: " + at) + ".";
   }
   return d;
 }

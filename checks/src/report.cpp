@@ -145,8 +145,7 @@ nlohmann::json to_json(const ConformReport& r) {
   doc["fatal"] = r.fatal ? nlohmann::json(*r.fatal) : nlohmann::json(nullptr);
   doc["rows"] = doc["checks"];  // the same list under the name conform reports also use (docs/reports.md)
   if (r.diagnosis.ran())
-    doc["diagnosis"] = {{"failing", r.diagnosis.failing}, {"matches", r.diagnosis.matches}, {"closest", r.diagnosis.closest},
-                        {"text", r.diagnosis.text}};
+    doc["diagnosis"] = to_json(r.diagnosis);
   if (!r.kv.empty()) doc["kv_cost"] = kv_json(r.kv);
   return doc;
 }

@@ -30,6 +30,12 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
                        `context` slots would hold it (its first entries overwritten by later ones)
     state-saved-without-history  `save` keeps the window's entries only: a rollback after the restore
                        has nothing to bring back
+    fork-shares-storage  `fork` hands the child its parent's list of entries (one object): each one's
+                       appends land in the other's cache
+    released-slot-not-reset  a released row's entries stay in its slot; a row admitted into the slot
+                       starts on them
+    shift-off-by-one   a context shift rotates the kept keys back one position too few
+    rollback-keeps-one  `truncate` drops one entry too few (its position moves back by n)
   what real engines do on purpose:
     one-sequence       hello says max_rows 1 (wllama's one sequence), and a request for more rows is refused
     log-probabilities  every logits answer is the log-softmax of the logits (wllama's probabilities, logged)
@@ -70,7 +76,8 @@ KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-d
          "top-k-widens", "f16-cache", "chunk-positions-restart", "reused-prefix-too-long", "position-by-request",
          "restore-position-from-window", "state-by-reference", "shift-keys-not-rotated", "threads-race",
          "shared-generator", "seeds-need-every-row", "joined-at-batch-position", "live-row-reused", "shifted-entries-reused",
-         "reused-past-the-window", "state-saved-without-history",
+         "reused-past-the-window", "state-saved-without-history", "fork-shares-storage", "released-slot-not-reset",
+         "shift-off-by-one", "rollback-keeps-one",
          "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities", "never-trims"}
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
 
@@ -162,13 +169,15 @@ class Engine:
         self.caches, self.pos = None, 0
         self.rows = {}  # protocol 2: row id -> {"kv": [[K, V] per layer], "pos": next position, "ids": the ids fed}
         self.released = []  # protocol 3: rows that left, newest last, for prompts that share their prefix
+        self.slots = {}  # planted released-slot-not-reset: row id -> the entries its last occupant left
 
     def new_row(self):
         layers, heads = len(self.model.blocks), self.model.blocks[0].attn.n_heads
         hd = self.model.c["d_model"] // heads
         empty = lambda: torch.zeros(1, heads, 0, hd)  # noqa: E731
         rid = next(i for i in range(len(self.rows) + 1) if i not in self.rows)
-        self.rows[rid] = {"kv": [[empty(), empty()] for _ in range(layers)], "pos": 0, "ids": []}
+        kv = self.slots.pop(rid, None) if has("released-slot-not-reset") else None
+        self.rows[rid] = {"kv": kv or [[empty(), empty()] for _ in range(layers)], "pos": 0, "ids": []}
         return rid
 
     def take_released(self, prompt):
@@ -255,7 +264,8 @@ class Engine:
             raise ValueError("row %r is not live" % rid)
         new = self.new_row()
         src = self.rows[rid]
-        self.rows[new] = {"kv": [[K.clone(), V.clone()] for K, V in src["kv"]], "pos": src["pos"], "ids": list(src["ids"])}
+        kv = src["kv"] if has("fork-shares-storage") else [[K.clone(), V.clone()] for K, V in src["kv"]]
+        self.rows[new] = {"kv": kv, "pos": src["pos"], "ids": list(src["ids"])}
         return new
 
     def save(self, rid):
@@ -297,7 +307,7 @@ class Engine:
         row = self.rows.get(rid)
         if row is None or keep < 0 or discard < 1 or keep + discard > row["pos"]:
             raise ValueError("cannot drop %r entries after the first %r of row %r" % (discard, keep, rid))
-        rot = 0 if has("shift-keys-not-rotated") else discard
+        rot = 0 if has("shift-keys-not-rotated") else discard - 1 if has("shift-off-by-one") else discard
         kv = []
         for K, V in row["kv"]:
             later = K[:, :, keep + discard:].double()
@@ -391,7 +401,8 @@ class Engine:
         row = self.rows[rid]
         if n < 0 or n > row["pos"]:
             raise ValueError("cannot drop %d tokens" % n)
-        row["kv"] = [[K[:, :, :K.shape[2] - n], V[:, :, :V.shape[2] - n]] for K, V in row["kv"]]
+        drop = n - 1 if has("rollback-keeps-one") and n > 0 else n
+        row["kv"] = [[K[:, :, :K.shape[2] - drop], V[:, :, :V.shape[2] - drop]] for K, V in row["kv"]]
         row["pos"] -= n
         row["ids"] = row["ids"][:len(row["ids"]) - n]
 
@@ -580,6 +591,8 @@ def main():
             out = {"ok": True}
         elif op == "release":
             row = engine.rows.pop(req["row"], None)
+            if row is not None and has("released-slot-not-reset"):
+                engine.slots[req["row"]] = row["kv"]
             if row is not None:
                 engine.released = (engine.released + [row])[-8:]  # a bounded prompt cache
             out = {"ok": True}

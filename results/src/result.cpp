@@ -129,6 +129,7 @@ nlohmann::json to_json(const CheckResult& r) {
     for (const auto& [k, v] : r.stats) st[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
     j["stats"] = st;
   }
+  if (!r.labels.empty()) j["labels"] = r.labels;
   return j;
 }
 

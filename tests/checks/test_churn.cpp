@@ -9,6 +9,7 @@
 #include <rapidcheck/state.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -158,6 +159,7 @@ TEST_F(Churn, APlantedFaultShrinksToAShortScriptThatReplays) {
     ModelTarget target(model, v);
     ChurnRun run(target, model, 6, ops_of(model, v));
     bool parted = false;
+    std::string followed;  // the operation the first divergence followed, as a diagnosis reads it
     for (const std::string& line : script) {
       std::istringstream in(line);
       std::string kind;
@@ -202,9 +204,22 @@ TEST_F(Churn, APlantedFaultShrinksToAShortScriptThatReplays) {
         parted = true;
         break;
       }
-      for (int64_t k : run.touched()) parted = parted || !churn_verdict(model, run.rows()[k], Tolerances{}).ok;
+      for (int64_t k : run.touched()) {
+        const ChurnVerdict cv = churn_verdict(model, run.rows()[k], Tolerances{});
+        if (!cv.ok && !parted) followed = churn_signature(run.script(), run.rows()[k], cv).kinds_text();
+        parted = parted || !cv.ok;
+      }
+      if (parted) break;
     }
     EXPECT_TRUE(parted) << fault << ": the shrunk script did not fail on replay:\n" << shown;
+    // The shrunk script names the operation the bug is about (diagnose.h matches churn by it); a loop
+    // bug in every step's positions follows whatever came last, and a refusal names none.
+    const std::map<std::string, std::string> about = {
+        {"released-slot-not-reset", "release + admit"}, {"fork-shares-storage", "fork"}, {"shift-keys-not-rotated", "shift"}};
+    if (about.count(fault)) {
+      EXPECT_FALSE(followed.empty()) << fault << ": parted without wrong logits:\n" << shown;
+      EXPECT_NE(followed.find(about.at(fault)), std::string::npos) << fault << ": the divergence followed " << followed << ":\n" << shown;
+    }
   }
 }
 

@@ -116,6 +116,10 @@ def main():
             problems.append("expected a diagnosis in the report, got none")
         elif diagnosis == "none" and (d["matches"] or "match no known fault" not in d["text"]):
             problems.append("expected no known fault to match, got %s: %s" % (d["matches"], d["text"]))
+        elif diagnosis == "none" and not all(("%s: after " % row) in d.get("saw", "") or ("%s: a plain step" % row) in d.get("saw", "")
+                                             for row in d["failing"]):
+            # "No known fault" says what it saw: each failing row's operation (or a plain step) and where.
+            problems.append("'no known fault' does not say what each failing row showed: %r" % d.get("saw"))
         elif diagnosis != "none" and (not d["matches"] or d["matches"][0] != diagnosis):
             problems.append("expected the diagnosis to name %s first, got %s: %s" % (diagnosis, d["matches"], d["text"]))
         else:

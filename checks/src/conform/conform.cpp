@@ -192,6 +192,7 @@ EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cf
     if (o.kv_min_top1 > 0) eo.tolerance.min_top1 = o.kv_min_top1;
   }
   eo.self_stride = o.self_stride;
+  eo.variation = o.variation;
   eo.require_batch_invariance = o.require_batch_invariance;
   eo.require_thread_invariance = o.require_thread_invariance;
   // The batch check's rows: prompts this many ids apart (the stride engines have been checked with).

@@ -388,10 +388,73 @@ ChurnOps churn_ops_of(const DecodeTarget& t, bool past_window) {
   return ops;
 }
 
+// What a failing churn row's first divergence followed (churn.h, ChurnSignature).
+ChurnSignature churn_signature(const std::vector<ChurnOp>& plan, const ChurnRow& row, const ChurnVerdict& v) {
+  using K = ChurnOp::Kind;
+  ChurnSignature s;
+  const size_t at = static_cast<size_t>(v.index);
+  const int64_t shown = row.shown_by[at], last_right = at > 0 ? row.shown_by[at - 1] : -1;
+  int64_t dropped = 0;  // entries shifts dropped from the row before then: the request's frame is the engine's plus these
+  int64_t last = -1;    // the row's last operation other than a step, at or before `shown`
+  for (int64_t i : row.history) {
+    if (i > shown) break;
+    const ChurnOp& op = plan[static_cast<size_t>(i)];
+    if (op.kind == K::Shift) dropped += op.n;
+    if (op.kind == K::Step) continue;
+    last = i;
+    if (i > last_right) s.ops.push_back(i);  // between the row's last right logits and its first wrong ones
+  }
+  if (s.ops.empty() && last >= 0) s.ops.push_back(last);  // only steps between: the last operation before them
+  for (int64_t i : s.ops) {
+    const ChurnOp& op = plan[static_cast<size_t>(i)];
+    const bool released_before = std::any_of(plan.begin(), plan.begin() + i, [](const ChurnOp& o) { return o.kind == K::Release; });
+    std::string name, entries;
+    switch (op.kind) {
+      case K::Admit: name = released_before ? "release + admit" : "admit"; entries = released_before ? "in a released row's slot" : "the prompt's"; break;
+      case K::Fork: name = "fork"; entries = "copied from the parent"; break;
+      case K::Truncate: name = "truncate"; entries = "a rollback kept or brought back"; break;
+      case K::Extend: name = "extend"; entries = "of the new chunk"; break;
+      case K::Shift: name = "shift"; entries = "shifted"; break;
+      case K::Save: name = "save"; entries = "saved"; break;
+      case K::Restore: name = "restore"; entries = "restored"; break;
+      case K::Release: name = "release"; entries = "of a released row"; break;
+      case K::Step: break;
+    }
+    s.kinds.push_back(name);
+    s.entries.push_back(entries);
+  }
+  // The row's positions shown from the first of them on, up to the first divergence: 0 when the first
+  // logits after it (or its own) already part.
+  for (size_t i = 0; i < at; ++i)
+    if (!s.ops.empty() && row.shown_by[i] >= s.ops.front()) ++s.shown_after;
+  s.position_engine = v.first_over;
+  s.position_request = v.first_over + dropped;
+  return s;
+}
+
+std::string ChurnSignature::kinds_text() const {
+  std::vector<std::string> k = kinds;
+  std::sort(k.begin(), k.end());
+  k.erase(std::unique(k.begin(), k.end()), k.end());
+  std::string out;
+  for (const auto& x : k) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+std::string ChurnSignature::text(const std::vector<ChurnOp>& plan) const {
+  std::string out;
+  for (size_t i = 0; i < ops.size(); ++i)
+    out += (i ? ", then " : "") + kinds[i] + " (operation " + std::to_string(ops[i] + 1) + ", `" + to_string(plan[static_cast<size_t>(ops[i])]) +
+           "`; entries " + entries[i] + ")";
+  if (out.empty()) return "no operation but steps";
+  return out + ", " + (shown_after == 0 ? "at the first logits after it" : std::to_string(shown_after) + " logits after it");
+}
+
 void churn_check(CheckContext& c, CheckResult& r) {
   const int64_t ctx = c.model->config().context;
   const ChurnOps ops = churn_ops_of(c.target, c.opts.past_window);
-  const std::vector<ChurnOp> plan = churn_plan(kChurnSeed, c.opts.serving_tokens > 0 ? kChurnShortOps : kChurnOps, ctx, kChurnLive, ops);
+  const uint64_t seed = kChurnSeed + c.opts.variation;
+  const std::vector<ChurnOp> plan = churn_plan(seed, c.opts.serving_tokens > 0 ? kChurnShortOps : kChurnOps, ctx, kChurnLive, ops);
   ChurnRun run(c.target, c.model, kChurnLive, ops);
   // A target that shows wrong logits may also refuse a later operation (a row it has put at the
   // wrong position, say): what it showed before is judged first, then the refusal is the error.
@@ -410,13 +473,23 @@ void churn_check(CheckContext& c, CheckResult& r) {
   }
   double worst = 0;
   int64_t past = 0, shown = 0;
+  // The row that parted first in the run (the earliest operation showing a divergence; the lowest row
+  // number on a tie): where the bug first showed, whichever rows it reached later.
+  std::optional<size_t> first;
+  ChurnVerdict first_v;
   for (size_t k = 0; k < run.rows().size(); ++k) {
     const ChurnRow& row = run.rows()[k];
     const ChurnVerdict v = churn_verdict(c.model, row, c.tol());
     worst = std::max(worst, v.worst);
     shown += static_cast<int64_t>(row.positions.size());
     past += std::count_if(row.positions.begin(), row.positions.end(), [&](int64_t p) { return p >= ctx; });
-    if (v.ok) continue;
+    if (!v.ok && (!first || row.shown_by[static_cast<size_t>(v.index)] < run.rows()[*first].shown_by[static_cast<size_t>(first_v.index)]))
+      first = k, first_v = v;
+  }
+  if (first) {
+    const size_t k = *first;
+    const ChurnRow& row = run.rows()[k];
+    const ChurnVerdict& v = first_v;
     const int64_t op = row.shown_by[static_cast<size_t>(v.index)];
     // The row's own history up to there (its parent's or saved row's included), the last 8 of it.
     std::vector<int64_t> mine;
@@ -428,16 +501,23 @@ void churn_check(CheckContext& c, CheckResult& r) {
     // And the operations just before it, whichever rows they named (a fork's child shares cells).
     std::string just;
     for (int64_t i = std::max<int64_t>(0, op - 3); i < op; ++i) just += std::to_string(i + 1) + " `" + to_string(plan[static_cast<size_t>(i)]) + "`, ";
+    const ChurnSignature sig = churn_signature(plan, row, v);
     r.figure = v.diff_there;
-    r.stats["first_over"] = static_cast<double>(v.first_over);  // what a diagnosis matches by
+    r.stats["first_over"] = static_cast<double>(sig.position_request);  // the request's frame (a shift renumbers the engine's)
+    if (sig.position_engine != sig.position_request) r.stats["first_over_engine"] = static_cast<double>(sig.position_engine);
     r.stats["first_over_diff"] = v.diff_there;
     r.stats["max_abs_diff"] = v.worst;
+    // What a diagnosis matches by (diagnose.h): the operation the divergence followed, not its position.
+    r.labels["op"] = sig.kinds_text();
+    r.labels["followed"] = sig.text(plan);
+    if (!sig.ops.empty()) r.stats["op_index"] = static_cast<double>(sig.ops.front() + 1);
+    r.stats["shown_after_op"] = static_cast<double>(sig.shown_after);
     const std::string off = c.tol().by_distribution() ? v.why + " (first shown there at position " + std::to_string(v.first_over) + ")"
                                                       : "position " + std::to_string(v.first_over) + " off by " + sci(v.diff_there) + " > " +
                                                             sci(c.tol().logits);
     return set_result(r, false, "row " + std::to_string(k) + " vs its sequence alone: " + off + ", shown by operation " +
                                     std::to_string(op + 1) + " of " + std::to_string(plan.size()) + " (`" + to_string(plan[op]) +
-                                    "`; the row's history before it: " + (mine.size() > 8 ? "..., " : "") + before + "the last operations before it: " + just + "plan seed " + std::to_string(kChurnSeed) + ")" +
+                                    "`; the row's history before it: " + (mine.size() > 8 ? "..., " : "") + before + "the last operations before it: " + just + "plan seed " + std::to_string(seed) + "; it followed " + sig.text(plan) + ")" +
                                     (refused.empty() ? "" : "; then " + refused));
   }
   if (wrong_answer) throw CheckFailure("churn: " + refused);
@@ -452,7 +532,7 @@ void churn_check(CheckContext& c, CheckResult& r) {
   set_result(r, true, std::to_string(plan.size()) + " operations (" + std::to_string(count[0]) + " admissions, " + std::to_string(count[1]) +
                           " step runs, " + std::to_string(count[2]) + " forks, " + std::to_string(count[3]) + " rollbacks, " +
                           std::to_string(count[4]) + " releases, " + std::to_string(count[5]) + " extensions, " + std::to_string(count[6]) + " shifts, " +
-                          std::to_string(count[7]) + " saves, " + std::to_string(count[8]) + " restores; seed " + std::to_string(kChurnSeed) +
+                          std::to_string(count[7]) + " saves, " + std::to_string(count[8]) + " restores; seed " + std::to_string(seed) +
                           (skipped.empty() ? "" : "; the target lacks" + skipped) + "): " + std::to_string(run.rows().size()) +
                           " rows equal their sequences alone at " + std::to_string(shown) + " positions, " + std::to_string(past) +
                           " past the window (worst |diff| " + sci(worst) + ")");

@@ -46,7 +46,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   const bool beside = c.target.max_rows() != 1;
   std::vector<RowRun> runs;
   std::vector<std::vector<int64_t>> prompts = {serving_prompt(ctx, 0, V)};
-  if (beside) prompts.push_back(serving_prompt(9, 1, V));
+  if (beside) prompts.push_back(row_prompt(c, 9, 1));
   std::vector<LiveRow> live = admit(c, prompts, runs);
   runs[0].logits.push_back(live[0].next);  // the full window's logits: runs[0] is the row before its first shift
   std::vector<int64_t> fed(runs[0].seq);   // every id the shifted row was fed, the dropped ones too
@@ -80,17 +80,19 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   const double bound = c.tol().logits;
   std::vector<double> per_shift, kl_per_shift;  // each shift's largest |diff|, and its mean KL when judged by one
   std::vector<Shift> shifts;
+  // A held-out run (--vary N) keeps 4 to 8 entries: the shift points move.
+  const int64_t keep = kKeep + static_cast<int64_t>(c.opts.variation % 5);
   for (int64_t k = 0; k < kShifts; ++k) {
-    int64_t discard = (next - kKeep) / 2;  // llama-server's n_discard: half of what is not kept
+    int64_t discard = (next - keep) / 2;  // llama-server's n_discard: half of what is not kept
     // A sliding layer (SPEC 10) keeps only its window: the shifted row must still be at least w - 1
     // past the kept entries, or its next query would need entries the layer no longer holds.
-    if (cfg.has_sliding()) discard = std::min(discard, next - (kKeep + cfg.sliding_window - 1));
+    if (cfg.has_sliding()) discard = std::min(discard, next - (keep + cfg.sliding_window - 1));
     if (discard < 1) break;
-    shifts.push_back({static_cast<int64_t>(fed.size()), kKeep, discard});
-    c.target.serving().shift_row(live[0].id, kKeep, discard);
-    ref.shift(kKeep, discard);
+    shifts.push_back({static_cast<int64_t>(fed.size()), keep, discard});
+    c.target.serving().shift_row(live[0].id, keep, discard);
+    ref.shift(keep, discard);
     next -= discard, pos -= discard;
-    const std::vector<int64_t> ids = serving_prompt(steps, 2 + k, V);
+    const std::vector<int64_t> ids = serving_prompt(steps, 2 + k + 16 * static_cast<int64_t>(c.opts.variation % 1000003), V);
     std::vector<at::Tensor> gots;  // (V) each
     for (int64_t j = 0; j < steps; ++j) gots.push_back(step(ids[static_cast<size_t>(j)]));
     // The same ids through the reference's entries in one chunk: every position's logits.
@@ -101,7 +103,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
     const StepDiffs d = compare_steps(at::stack(gots, 0).unsqueeze(0), wants.unsqueeze(0), first, bound);  // per step
     const Verdict v = judge(d, c.tol());
     pos += steps;
-    const std::string which = "after shift " + std::to_string(k + 1) + " (keep " + std::to_string(kKeep) + ", drop " + std::to_string(discard);
+    const std::string which = "after shift " + std::to_string(k + 1) + " (keep " + std::to_string(keep) + ", drop " + std::to_string(discard);
     if (!v.ok && c.tol().by_distribution()) {
       set_result(r, false, which + "): " + v.why + ", from the re-rotated reference over " + std::to_string(steps) + " steps");
       r.figure = d.kl_mean();
@@ -135,7 +137,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   if (beside) plain.emplace_back("the row beside it (never shifted)", &runs[1]);
   if (!judge_rows(c, r, plain, worst)) return;
   if (shifts.empty()) {
-    set_result(r, true, "the window (" + std::to_string(ctx) + ") leaves nothing to shift after keeping " + std::to_string(kKeep));
+    set_result(r, true, "the window (" + std::to_string(ctx) + ") leaves nothing to shift after keeping " + std::to_string(keep));
     return;
   }
   // What each shift was judged by: its mean KL where the target is (an engine answering log-probabilities
@@ -146,7 +148,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   for (size_t k = 0; k < judged.size(); ++k)
     each += (k ? ", " : "") + std::to_string(shifts[k].discard) + " dropped: " + sci(judged[k]);
   r.figure = by_kl ? *std::max_element(judged.begin(), judged.end()) : std::max(worst, *std::max_element(per_shift.begin(), per_shift.end()));
-  set_result(r, true, std::to_string(shifts.size()) + " shifts of a full window, keeping " + std::to_string(kKeep) + ", " +
+  set_result(r, true, std::to_string(shifts.size()) + " shifts of a full window, keeping " + std::to_string(keep) + ", " +
                           std::to_string(steps) + " steps after each; " +
                           (by_kl ? "mean KL" : "largest |diff|") + " from the re-rotated reference after each (" +
                           each + "); " + (beside ? "the row beside it and " : "") +

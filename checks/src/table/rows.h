@@ -71,6 +71,9 @@ struct LiveRow {
 
 // A deterministic prompt of `len` ids for row `b` (different rows, different ids).
 std::vector<int64_t> serving_prompt(int64_t len, int64_t b, int64_t vocab);
+// A serving row's short prompt under EquivalenceOptions::variation: serving_prompt(len, b) at 0; at
+// N > 0 up to 6 ids longer and of other ids (the row's schedule, counted from its prompt, moves too).
+std::vector<int64_t> row_prompt(const CheckContext& c, int64_t len, int64_t b);
 // The greedy id of one row of logits (V).
 int64_t top1(const at::Tensor& row);
 // Decode steps of a serving row: `full`, or fewer where the options cap them (serving_tokens).

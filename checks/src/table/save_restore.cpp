@@ -55,12 +55,12 @@ Continued continue_as(DecodeTarget& target, int64_t row, const RowRun& saved, in
 }  // namespace
 
 void save_restore_check(CheckContext& c, CheckResult& r) {
-  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  const int64_t ctx = c.model->config().context;
   c.target.reset();
   // The saved row and a bystander decode together; the row is saved inside the window and far past
   // it, where its cache keeps fewer entries than it has tokens (the window and kRollbackEntries).
   std::vector<RowRun> runs;
-  std::vector<LiveRow> live = admit(c, {serving_prompt(5, 0, V), serving_prompt(9, 1, V)}, runs);
+  std::vector<LiveRow> live = admit(c, {row_prompt(c, 5, 0), row_prompt(c, 9, 1)}, runs);
   const int64_t prompt = runs[0].prompt;
   std::vector<int64_t> at = {24};
   // Not in shortened runs (the fault matrix's serving_tokens): a state saved in part shows inside the window.
@@ -116,7 +116,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   for (size_t k = 0; k < states.size(); ++k) {
     c.target.reset();
     at::Tensor logits;
-    const std::vector<int64_t> rows = c.target.serving().add_rows({serving_prompt(7, 2, V), serving_prompt(3, 3, V), serving_prompt(11, 4, V)}, logits);
+    const std::vector<int64_t> rows = c.target.serving().add_rows({row_prompt(c, 7, 2), row_prompt(c, 3, 3), row_prompt(c, 11, 4)}, logits);
     for (int s = 0; s < 4; ++s) c.target.serving().step_rows(rows, {1, 2, 3});
     c.target.serving().release_row(rows[1]);
     if (!restored(c.target.serving().restore_row(states[k]), k, "after churn")) return;

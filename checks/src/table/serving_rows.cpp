@@ -19,6 +19,11 @@ std::vector<int64_t> serving_prompt(int64_t len, int64_t b, int64_t vocab) {
   return p;
 }
 
+std::vector<int64_t> row_prompt(const CheckContext& c, int64_t len, int64_t b) {
+  const int64_t n = static_cast<int64_t>(c.opts.variation % 1000003);
+  return serving_prompt(n == 0 ? len : len + (5 * n + b) % 7, b + 16 * n, c.model->config().vocab_size);
+}
+
 int64_t top1(const at::Tensor& row) { return row.argmax().item<int64_t>(); }
 
 int64_t serving_steps(const CheckContext& c, int64_t full) {
@@ -128,10 +133,13 @@ const std::vector<int64_t> kRaggedLengths = {3, 9, 17};  // ragged's prompt leng
 }  // namespace
 
 void ragged_check(CheckContext& c, CheckResult& r) {
-  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
-  const std::vector<int64_t>& lengths = kRaggedLengths;
+  const int64_t ctx = c.model->config().context;
   std::vector<std::vector<int64_t>> prompts;
-  for (size_t b = 0; b < lengths.size(); ++b) prompts.push_back(serving_prompt(lengths[b], static_cast<int64_t>(b), V));
+  std::vector<int64_t> lengths;  // kRaggedLengths, or others in a held-out run (increasing either way)
+  for (size_t b = 0; b < kRaggedLengths.size(); ++b) {
+    prompts.push_back(row_prompt(c, kRaggedLengths[b] + (c.opts.variation ? 6 * static_cast<int64_t>(b) : 0), static_cast<int64_t>(b)));
+    lengths.push_back(static_cast<int64_t>(prompts.back().size()));
+  }
   // The shortest prompt's row goes kPastTheWindow past the window; in a run kept inside it, the longest
   // prompt's row stops at its edge.
   const int64_t n = inside_window_steps(c, serving_steps(c, ctx - lengths[0] + kPastTheWindow), lengths.back());
@@ -140,17 +148,17 @@ void ragged_check(CheckContext& c, CheckResult& r) {
                     worst))
     return;
   r.figure = worst;
-  set_result(r, true, "prompts of 3, 9 and 17 tokens in one batch, " + std::to_string(n) +
+  set_result(r, true, "prompts of " + std::to_string(lengths[0]) + ", " + std::to_string(lengths[1]) + " and " + std::to_string(lengths[2]) + " tokens in one batch, " + std::to_string(n) +
                           " steps: every row equals its sequence alone (worst |diff| " + sci(worst) + ")");
 }
 
 // Rows A and B run; A leaves and C joins (taking A's slot); B and C run on past the window.
 void join_leave_check(CheckContext& c, CheckResult& r) {
   constexpr int64_t kLeaveAfter = 24;  // steps A and B run together before A leaves
-  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  const int64_t ctx = c.model->config().context;
   c.target.reset();
   std::vector<RowRun> ab, cc;
-  std::vector<LiveRow> live = admit(c, {serving_prompt(3, 0, V), serving_prompt(5, 1, V)}, ab);
+  std::vector<LiveRow> live = admit(c, {row_prompt(c, 3, 0), row_prompt(c, 5, 1)}, ab);
   for (int64_t i = 0; i < kLeaveAfter; ++i) step_all(c.target, live);
   // A finishes: its last logits are recorded, and it leaves.
   std::vector<LiveRow> leaving = {live[0]};
@@ -158,7 +166,7 @@ void join_leave_check(CheckContext& c, CheckResult& r) {
   c.target.serving().release_row(live[0].id);
   live.erase(live.begin());
   // C joins the running batch.
-  live.push_back(admit(c, {serving_prompt(4, 2, V)}, cc)[0]);
+  live.push_back(admit(c, {row_prompt(c, 4, 2)}, cc)[0]);
   const RowRun &A = ab[0], &B = ab[1];
   // B past the window (or, in a run kept inside it, to its edge).
   const int64_t steps = inside_window_steps(c, serving_steps(c, ctx + kPastTheWindow - B.prompt - kLeaveAfter), B.prompt + kLeaveAfter);
@@ -178,11 +186,11 @@ void join_leave_check(CheckContext& c, CheckResult& r) {
 // all past the window, each against its own sequence alone (so the parent is untouched by them).
 void fork_check(CheckContext& c, CheckResult& r) {
   constexpr int64_t kForkAfter = 16;  // decode steps before the first fork
-  const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
+  const int64_t ctx = c.model->config().context;
   c.target.reset();
   std::vector<RowRun> runs;
   runs.reserve(3);  // the parent's and the children's runs: the live rows point into it
-  std::vector<LiveRow> live = admit(c, {serving_prompt(3, 0, V)}, runs);
+  std::vector<LiveRow> live = admit(c, {row_prompt(c, 3, 0)}, runs);
   const int64_t prompt = runs[0].prompt;
   // The second fork: its parent kRollbackEntries + 16 past the window, its entries moved. The row
   // runs that far whatever --tokens (not with --no-past-window: then it stops at the window's edge).
@@ -258,7 +266,7 @@ void rollback_check(CheckContext& c, CheckResult& r) {
   const int64_t V = c.model->config().vocab_size, ctx = c.model->config().context;
   c.target.reset();
   std::vector<RowRun> runs;
-  std::vector<LiveRow> live = admit(c, {serving_prompt(3, 0, V)}, runs);
+  std::vector<LiveRow> live = admit(c, {row_prompt(c, 3, 0)}, runs);
   RowRun& A = runs[0];
   const int64_t row = live[0].id;
   at::Tensor current = live[0].next;

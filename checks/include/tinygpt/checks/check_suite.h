@@ -62,6 +62,10 @@ struct EquivalenceOptions {
   // Why past_window is false, as the skipped rows say it: "--no-past-window", or "declared no-window"
   // (an engine whose long-sequence semantics are its own, on purpose).
   std::string inside_window_why = "--no-past-window";
+  // Held-out runs (--vary N): 0 runs every serving row as documented; N > 0 another churn plan (seed
+  // kChurnSeed + N), other prompt lengths and ids in the serving rows and another context-shift keep,
+  // so positions and magnitudes move while the operations stay. The same N replays the same run.
+  uint64_t variation = 0;
   Tolerances tolerance;
 };
 

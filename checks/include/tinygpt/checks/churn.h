@@ -165,6 +165,27 @@ struct ChurnVerdict {
   double diff_there = 0;      // their |diff|, or their KL when the row is judged by the distribution
   double kl_mean = 0;         // mean KL(reference || shown) over the row's shown positions
 };
+// Where a failing row first parted, as a bug keeps it across engines (a diagnosis matches by it,
+// diagnose.h): the operations other than steps in the row's history between its last right logits and
+// its first wrong ones (the request that preceded the divergence; when only steps came between, the
+// row's last operation before them), each's kind in words ("fork", "release + admit", "admit",
+// "truncate", "extend", "shift", "save", "restore") and the entries it touched; how many of the row's
+// logits after the first of them were still right; and the position in both frames (the request's
+// counts every id fed; the engine's is renumbered by the row's shifts).
+struct ChurnSignature {
+  std::vector<int64_t> ops;  // indices in the script, in order
+  std::vector<std::string> kinds, entries;  // per operation
+  int64_t shown_after = 0;
+  int64_t position_request = -1, position_engine = -1;
+  // The kinds, sorted and unique, joined by commas: "extend,fork" (the report's label "op").
+  std::string kinds_text() const;
+  // "fork (operation 6, `fork 1`; entries copied from the parent), then extend (...), at the first logits after it".
+  std::string text(const std::vector<ChurnOp>& plan) const;
+};
+
+// The signature of `row`'s failure `v` (not ok) in a run of `script`.
+ChurnSignature churn_signature(const std::vector<ChurnOp>& script, const ChurnRow& row, const ChurnVerdict& v);
+
 // Judged by the one judge at `t`: max |diff| by default; mean KL and top-1 agreement when t has them
 // (first_over is then the first position whose own KL is over the bound, or where the argmax first
 // parted, or the row's first position).

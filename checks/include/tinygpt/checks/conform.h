@@ -43,6 +43,7 @@ struct ConformOptions {
   bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
   // After a run with failing model rows: match them against the fault catalogue on our model (diagnose.h).
   bool diagnose = false;
+  uint64_t variation = 0;  // held-out runs of the serving rows (EquivalenceOptions::variation; --vary)
   // The engine's KV cache type, sent as load's "kv_type" (f16, q8_0, ...: names its hello lists in
   // "kv_types"); empty: the engine's default. A name the engine does not list: std::invalid_argument.
   std::string kv_type;

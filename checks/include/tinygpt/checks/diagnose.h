@@ -1,13 +1,25 @@
-// What a failing run's failures match: the model rows that failed, with where each first went over
-// its bound, against the fault catalogue run on our own model through the same rows. A fault
-// matches when on our model it fails exactly those rows, first at the same positions: "these
-// failures match the fault never-trimmed", with what to do about it where there is something.
-// `tinygpt conform --diagnose` (it reruns candidate faults: seconds to a few minutes).
+// What a failing run's failures match: the model rows that failed, each with its signature, against
+// the fault catalogue run on our own model through the same rows (and the same held-out variation).
+// A fault matches when on our model it fails exactly those rows with the same signature, which a bug
+// keeps across engines however they schedule the work:
+//   - churn (a seeded plan of every operation, where when a bug shows follows the engine's storage and
+//     schedule): the operations between the failing row's last right logits and its first wrong ones
+//     (fork, release + admit, extend, shift, restore, truncate, ...; ChurnSignature) share one - its
+//     positions and magnitudes only rank;
+//   - every other row, whose schedule is the check's own: the first position, and a like |diff| there
+//     and at the row's worst (within 3x) with the same peak.
+// Among faults with the same signature the magnitudes only rank (the nearest is named). "These failures
+// match the fault never-trimmed", with what to do about it; or "no known fault", saying what the rows
+// showed: the operation each failure followed, the entries involved, the first position in the
+// request's frame and the engine's. `tinygpt conform --diagnose`, `tinygpt equivalence --diagnose`
+// (they rerun the candidate faults: seconds to a few minutes).
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tinygpt/checks/check_suite.h"
 
@@ -17,9 +29,13 @@ struct Diagnosis {
   std::vector<std::string> failing;  // the model rows that failed, in table order
   std::vector<std::string> matches;  // faults that fail exactly those rows at the same first positions
   std::string closest;               // with no match: the fault whose failing rows overlap most ("" if none)
+  std::string saw;                   // what the failing rows showed: the operation each followed, where (one line)
   std::string text;                  // the finding, one paragraph, for the console and the reports
   bool ran() const { return !failing.empty(); }
 };
+
+// {"failing", "matches", "closest", "saw", "text"}: the reports' "diagnosis" (docs/reports.md).
+nlohmann::json to_json(const Diagnosis& d);
 
 // `rows`: a run's results (conform's or equivalence's); `opts`: the options that run used, so each
 // fault runs the same prompt, tokens and bounds. Faults run side by side (run_in_parallel).

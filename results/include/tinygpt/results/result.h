@@ -31,6 +31,9 @@ struct CheckResult {
   double seconds = 0;             // wall time
   std::string bound;              // which bound judged it, e.g. "max |diff| <= 1e-04"
   std::map<std::string, double> stats;  // precision statistics and other named figures
+  // Named facts that are words, not numbers: a failing serving row's signature (the operation the first
+  // divergence followed, where it started; diagnose.h reads them), as JSON "labels".
+  std::map<std::string, std::string> labels;
 
   bool ok() const { return status == Status::Pass || status == Status::Skipped; }
   bool failed() const { return status == Status::Fail; }

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""The diagnosis's recall on held-out runs (docs/checks.md, "Diagnosis"): every planted serving fault of
+our library (`tinygpt equivalence --cache FAULT`), of the example engine (python_reference.py,
+TINYGPT_ENGINE_FAULT) and of the llama.cpp adapter (where it is built) is run again with `--vary N` for
+N = 1, 2, 3 - another churn plan, other prompt lengths, another context-shift keep, so the positions and
+magnitudes move - with `--diagnose`, and each run is counted as: its twin named first / "no known fault"
+/ a wrong name. Passes when the twins are named in at least 90% of the runs of faults that have one, and
+no run names a wrong fault (a fault without a twin must be "no known fault").
+
+Usage: diagnosis_recall.py TINYGPT WORK_DIR [--engines example,llama.cpp,library] [--vary 1,2,3] [--jobs N]
+Writes WORK_DIR/recall.json (every run: the fault, the twin, what was named, the diagnosis) and prints the
+table. Exit 0 pass, 1 fail, 77 when nothing could run.
+"""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+EXAMPLE = "/usr/bin/python3 " + os.path.join(ROOT, "engines", "reference", "python_reference.py")
+LLAMA = os.path.join(ROOT, ".engines", "llama.cpp", "adapter")
+FIXTURE = os.path.join(ROOT, "golden", "fixture.safetensors")
+
+# (fault, its twin in our catalogue or None, the rows). The rows: the one the fault is about and churn,
+# which drives every operation in a seeded plan (its positions are the ones --vary moves most).
+LIBRARY = [
+    ("released-slot-not-reset", "released-slot-not-reset", "join-leave,churn"),
+    ("joined-row-at-batch-position", "joined-row-at-batch-position", "join-leave,churn"),
+    ("fork-shares-storage", "fork-shares-storage", "fork,churn"),
+    ("fork-loses-the-offset", "fork-loses-the-offset", "fork,churn"),
+    ("truncate-off-by-one", "truncate-off-by-one", "rollback,churn"),
+    ("truncate-forgets-the-window", "truncate-forgets-the-window", "rollback,churn"),
+    ("chunk-positions-restart", "chunk-positions-restart", "chunked-prefill,churn"),
+    ("reused-prefix-too-long", "reused-prefix-too-long", "prefix-reuse,churn"),
+    ("state-saved-in-part", "state-saved-in-part", "save-restore,churn"),
+    ("position-by-request", "position-by-request", "churn"),
+    ("shift-keys-not-rotated", "shift-keys-not-rotated", "context-shift,churn"),
+    ("shift-off-by-one", "shift-off-by-one", "context-shift,churn"),
+    ("shift-position-kept", "shift-position-kept", "context-shift,churn"),
+    ("ragged-padded-positions", "ragged-padded-positions", "ragged,churn"),
+    ("live-row-reused", "live-row-reused", "prefix-reuse"),
+    ("shifted-entries-reused", "shifted-entries-reused", "reuse-after-shift"),
+    ("reused-past-the-window", "reused-past-the-window", "reuse-past-window"),
+    ("state-saved-without-history", "state-saved-without-history", "rollback-after-restore"),
+]
+# The example engine's bugs, written as a Python engine has them (a shared list, a dict slot kept).
+EXAMPLE_FAULTS = [
+    ("fork-shares-storage", "fork-shares-storage", "fork,churn"),
+    ("released-slot-not-reset", "released-slot-not-reset", "join-leave,churn"),
+    ("reused-prefix-too-long", "reused-prefix-too-long", "prefix-reuse,churn"),
+    ("chunk-positions-restart", "chunk-positions-restart", "chunked-prefill,churn"),
+    ("position-by-request", "position-by-request", "churn"),
+    ("shift-keys-not-rotated", "shift-keys-not-rotated", "context-shift,churn"),
+    ("shift-off-by-one", "shift-off-by-one", "context-shift,churn"),
+    ("rollback-keeps-one", "truncate-off-by-one", "rollback,churn"),
+    ("live-row-reused", "live-row-reused", "prefix-reuse"),
+    ("shifted-entries-reused", "shifted-entries-reused", "reuse-after-shift"),
+    ("reused-past-the-window", "reused-past-the-window", "reuse-past-window"),
+    ("state-saved-without-history", "state-saved-without-history", "rollback-after-restore"),
+    # No twin in the catalogue: "no known fault" is the right answer, a name a wrong one.
+    ("restore-position-from-window", None, "save-restore"),
+]
+LLAMA_FAULTS = [
+    ("rollback-forgets-the-window", "truncate-forgets-the-window", "rollback"),
+    ("reused-prefix-too-long", "reused-prefix-too-long", "prefix-reuse"),
+    ("state-saved-in-part", "state-saved-in-part", "save-restore"),
+    ("state-saved-without-history", "state-saved-without-history", "rollback-after-restore"),
+    ("shift-not-renumbered", None, "context-shift"),
+    ("extend-last-token-dropped", None, "chunked-prefill"),
+]
+# The serving rows' runs: long enough for the rollback row's three drafts (past the window).
+TOKENS = "320"
+
+
+def run_one(tinygpt, work, case):
+    engine, fault, twin, rows, vary = case
+    tag = "%s.%s.%d" % (engine, fault, vary)
+    out = os.path.join(work, tag + ".json")
+    common = ["--tokens", TOKENS, "--threads", "1", "--checks", rows, "--vary", str(vary), "--diagnose", "--json", out]
+    env = dict(os.environ)
+    if engine == "library":
+        # On the fixture, as conform's runs are (equivalence's default is an untrained model).
+        cmd = [tinygpt, "equivalence", "--cache", fault, "--checkpoint", FIXTURE] + common
+    else:
+        cmd = [tinygpt, "conform", "--engine", EXAMPLE if engine == "example" else LLAMA] + common
+        env["TINYGPT_ENGINE_FAULT"] = fault
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    result = {"engine": engine, "fault": fault, "twin": twin, "rows": rows, "vary": vary, "exit": p.returncode}
+    try:
+        with open(out) as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        result.update(outcome="error", named=None, text=p.stdout[-2000:])
+        return result
+    d = doc.get("diagnosis")
+    if d is None:
+        result.update(outcome="not caught", named=None, text="no row failed: " + p.stdout[-600:])
+        return result
+    named = d["matches"][0] if d.get("matches") else None
+    if named is None:
+        outcome = "no known fault"
+    elif named == twin:
+        outcome = "twin"
+    else:
+        outcome = "wrong"
+    result.update(outcome=outcome, named=named, failing=d.get("failing"), text=d.get("text"))
+    return result
+
+
+def main():
+    args = sys.argv[1:]
+    tinygpt, work = args[0], args[1]
+    engines, vary, jobs = ["library", "example", "llama.cpp"], [1, 2, 3], 2
+    i = 2
+    while i < len(args):
+        if args[i] == "--engines":
+            engines = args[i + 1].split(",")
+        elif args[i] == "--vary":
+            vary = [int(v) for v in args[i + 1].split(",")]
+        elif args[i] == "--jobs":
+            jobs = int(args[i + 1])
+        else:
+            sys.exit("diagnosis_recall.py: unknown argument %r" % args[i])
+        i += 2
+    os.makedirs(work, exist_ok=True)
+    cases, skipped = [], []
+    for engine in engines:
+        if engine == "llama.cpp" and not os.access(LLAMA, os.X_OK):
+            skipped.append("llama.cpp: the adapter is not built (ci/engines.sh builds it)")
+            continue
+        table = {"library": LIBRARY, "example": EXAMPLE_FAULTS, "llama.cpp": LLAMA_FAULTS}[engine]
+        for fault, twin, rows in table:
+            for v in vary:
+                cases.append((engine, fault, twin, rows, v))
+    if not cases:
+        print("diagnosis_recall: nothing to run: " + "; ".join(skipped))
+        return 77
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(lambda c: run_one(tinygpt, work, c), cases))
+    with open(os.path.join(work, "recall.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    twins = [r for r in results if r["twin"]]
+    named = sum(r["outcome"] == "twin" for r in twins)
+    wrong = [r for r in results if r["outcome"] == "wrong"]
+    bad = [r for r in results if r["outcome"] in ("error", "not caught")]
+    print("%-10s %-30s %-30s %s" % ("engine", "fault", "twin", "per --vary: what the diagnosis named"))
+    by_fault = {}
+    for r in results:
+        by_fault.setdefault((r["engine"], r["fault"], r["twin"]), []).append(r)
+    for (engine, fault, twin), rs in by_fault.items():
+        cells = ", ".join("%d: %s" % (r["vary"], r["named"] if r["outcome"] in ("twin", "wrong") else r["outcome"]) for r in rs)
+        print("%-10s %-30s %-30s %s" % (engine, fault, twin or "(none)", cells))
+    for s in skipped:
+        print("skipped: " + s)
+    share = named / len(twins) if twins else 1.0
+    print("twins named in %d of %d held-out runs (%.0f%%); no known fault in %d; a wrong name in %d; %d runs that caught nothing or erred"
+          % (named, len(twins), 100 * share, sum(r["outcome"] == "no known fault" for r in twins), len(wrong), len(bad)))
+    for r in wrong + bad:
+        print("  %s %s --vary %d: %s: %s" % (r["engine"], r["fault"], r["vary"], r["outcome"], (r.get("text") or "")[:1500]))
+    return 0 if share >= 0.9 and not wrong and not bad else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
