@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli_common.h"
+#include "model_source.h"
 #include "commands.h"
 #include "report_files.h"
 #include "tinygpt/checks/conform.h"
@@ -40,6 +41,11 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--engine", c.engine, "the engine's command line, run through /bin/sh -c")->required();
   cmd->add_option("--checkpoint", c.checkpoint, "model to check on (.pt, .safetensors, or a Hugging Face directory; default: the shipped fixture)")
       ->check(CLI::ExistingPath);
+  auto zoo = std::make_shared<std::string>();
+  cmd->add_option("--model", *zoo,
+                  "a zoo member instead: zoo:NAME (docs/SPEC.md section 10), sent to the engine as a Hugging Face directory\n"
+                  "(its hello must list the format \"hf\"; the engines of the seed's formats cannot carry its knobs)")
+      ->excludes("--checkpoint");
   cmd->add_option("--tokens", c.tokens, "greedy tokens of the main run (past the window when > context - 3)")
       ->capture_default_str()->check(kPositive);
   cmd->add_option("--tolerance", c.tolerance.logits, "largest |logit difference| allowed against our reference model")
@@ -93,9 +99,10 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");
   o->report.add(cmd, /*bench=*/false);
   add_run_options(cmd, o->run);
-  return {cmd, [o] {
+  return {cmd, [o, zoo] {
             apply_run_options(o->run);
             auto& c = o->conform;
+            if (!zoo->empty()) c.checkpoint = zoo_member_dir(*zoo) + "/model.safetensors";
             if (o->max_kl > 0) c.tolerance.max_kl = o->max_kl;
             if (o->min_top1 > 0) c.tolerance.min_top1 = o->min_top1;
             checks::conform_selection(c.groups);  // an unknown group is bad input, before the engine starts

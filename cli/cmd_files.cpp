@@ -36,8 +36,10 @@ Command add_export(CLI::App& app) {
       "Write the model in a format an engine loads: gguf (llama.cpp's gptneox architecture, F32, with the q/k row\n"
       "permutation that makes its rotate-half RoPE ours; written here in C++), onnx (one graph for prefill and\n"
       "decode: ids, start, past K/V in, last logits and present K/V out; through python3-torch), pt or\n"
-      "safetensors. Defaults to the shipped fixture. Writes atomically.");
-  cmd->add_option("--format", o->format, "gguf, onnx, pt or safetensors")->required()
+      "safetensors, or hf: a zoo member (--checkpoint golden/zoo/NAME/model.safetensors) as a Hugging Face\n"
+      "directory transformers loads as its own class (config.json + model.safetensors; a knob the class cannot\n"
+      "carry is refused by name). Defaults to the shipped fixture. Writes atomically.");
+  cmd->add_option("--format", o->format, "gguf, onnx, pt, safetensors or hf")->required()
       ->check(CLI::IsMember(checks::export_formats()));
   cmd->add_option("OUT", o->out, "output file")->required();
   cmd->add_option("--checkpoint", o->checkpoint, "model to export (.pt, .safetensors, or a Hugging Face directory; default: the shipped fixture)")

@@ -10,6 +10,7 @@
 
 #include "tinygpt/checks/data.h"
 #include "tinygpt/gguf.h"
+#include "tinygpt/hf_checkpoint.h"
 #include "tinygpt/safetensors.h"
 
 namespace tinygpt::checks {
@@ -33,7 +34,7 @@ int run(const std::string& cmd) {
 }  // namespace
 
 const std::vector<std::string>& export_formats() {
-  static const std::vector<std::string> f = {"pt", "safetensors", "gguf", "onnx"};
+  static const std::vector<std::string> f = {"pt", "safetensors", "gguf", "onnx", "hf"};
   return f;
 }
 
@@ -41,7 +42,8 @@ void export_model(const Checkpoint& ck, GPT& model, const std::string& format, c
   if (format == "pt") return write_torch_checkpoint(out, ck);
   if (format == "safetensors") return write_safetensors_checkpoint(out, ck);
   if (format == "gguf") return write_gguf(out, model);
-  if (format != "onnx") throw std::invalid_argument("unknown export format '" + format + "' (pt, safetensors, gguf, onnx)");
+  if (format == "hf") return write_hf_checkpoint(out, ck);
+  if (format != "onnx") throw std::invalid_argument("unknown export format '" + format + "' (pt, safetensors, gguf, onnx, hf)");
   // Debian's python3-torch lives with /usr/bin/python3; TINYGPT_PYTHON names another interpreter.
   const char* env = std::getenv("TINYGPT_PYTHON");
   const std::string python = env && *env ? env : (fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3");

@@ -38,7 +38,7 @@ import time
 import torch
 import transformers
 from safetensors.torch import load_file
-from transformers import (DynamicCache, GPTNeoXConfig, GPTNeoXForCausalLM, LogitsProcessorList,
+from transformers import (AutoModelForCausalLM, DynamicCache, GPTNeoXConfig, GPTNeoXForCausalLM, LogitsProcessorList,
                           RepetitionPenaltyLogitsProcessor, StaticCache, TemperatureLogitsWarper,
                           TopKLogitsWarper, TopPLogitsWarper)
 
@@ -76,12 +76,25 @@ class Engine:
     def __init__(self, cache_kind):
         self.kind = cache_kind
         self.model = None
+        self.hf_dir = None  # a zoo member's Hugging Face directory, when that is what was loaded
         self.rows = {}  # id -> {"cache", "pos"}
         self.next_id = 0
 
     def load(self, req):
+        self.hf_dir = None
+        if req.get("format") == "hf":  # a zoo member (SPEC 10) as a Hugging Face directory: transformers' own class
+            model = AutoModelForCausalLM.from_pretrained(req["checkpoint"], attn_implementation="eager", dtype=torch.float32).eval()
+            self.config, self.context, self.hf_dir = model.config, int(model.config.max_position_embeddings), req["checkpoint"]
+            types = set(getattr(self.config, "layer_types", None) or [])
+            if self.kind == "sliding" and {"sliding_attention", "full_attention"} <= types:
+                raise ValueError("--cache sliding cannot give %s's full layers SPEC 4's window beside its sliding ones "
+                                 "(transformers builds their mask from the first full layer's cache); run --cache dynamic"
+                                 % type(model).__name__)
+            self.model = model
+            self.reset()
+            return
         if req.get("format") != "safetensors":
-            raise ValueError("this engine loads format safetensors only")
+            raise ValueError("this engine loads formats safetensors and hf only")
         c = req["config"]
         self.context = int(c["context"])
         self.config = GPTNeoXConfig(vocab_size=c["vocab_size"], hidden_size=c["d_model"], num_hidden_layers=c["n_layers"],
@@ -104,11 +117,22 @@ class Engine:
 
     def new_cache(self):
         if self.kind == "dynamic":
-            return DynamicCache()
+            # With the model's config, transformers builds its own hybrid cache: a sliding layer of a Mistral or
+            # Gemma 2 keeps its window (DynamicSlidingWindowLayer), a full one everything.
+            return DynamicCache(config=self.config) if self.hf_dir else DynamicCache()
         if self.kind == "static":
             return StaticCache(config=self.config, max_cache_len=1024)
         from transformers.cache_utils import DynamicSlidingWindowLayer
         window = self.context if "window-256" in FAULTS else self.context + 1
+        if self.hf_dir:
+            # transformers' own hybrid cache for the model (its sliding layers as it builds them), with each
+            # full layer given SPEC 4's window (context + 1 keys) in place of keeping everything. A model with
+            # both kinds (Gemma 2) builds its full layers' mask from the first full layer's cache: a window
+            # object there gives a 64-key mask for 65 keys, so that mix is refused at load.
+            cache = DynamicCache(config=self.config)
+            cache.layers = [layer if isinstance(layer, DynamicSlidingWindowLayer) else DynamicSlidingWindowLayer(sliding_window=window)
+                            for layer in cache.layers]
+            return cache
         cache = DynamicCache()
         cache.layers = [DynamicSlidingWindowLayer(sliding_window=window) for _ in range(self.config.num_hidden_layers)]
         return cache
@@ -222,7 +246,8 @@ class Served:
     def model(self):
         """A model of its own (the manager switches its attention to paged), with the engine's weights."""
         if self._model is None:
-            m = GPTNeoXForCausalLM(self.engine.config).eval()
+            m = (AutoModelForCausalLM.from_pretrained(self.engine.hf_dir, dtype=torch.float32) if self.engine.hf_dir
+                 else GPTNeoXForCausalLM(self.engine.config)).eval()
             m.load_state_dict(self.engine.model.state_dict())
             m.set_attn_implementation("eager")
             self._model = m
@@ -381,7 +406,7 @@ def main():
                 args.prefix_sharing)
             if FAULTS:
                 name += " [%s]" % ",".join(sorted(FAULTS))
-            out = {"ok": True, "name": name, "formats": ["safetensors"], "sampler": True}
+            out = {"ok": True, "name": name, "formats": ["safetensors", "hf"], "sampler": True}
             if args.cache != "sliding" and not args.undeclared:
                 out["deviations"] = ["no-window"]  # never trims: what it does past the context is its own
             spoken = min(3, int(req.get("protocol", 1)))

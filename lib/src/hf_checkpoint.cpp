@@ -13,7 +13,11 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/errors.h"
+#include "tinygpt/rope_scaling.h"
 #include "tinygpt/safetensors.h"
 
 namespace tinygpt {
@@ -277,6 +281,220 @@ Checkpoint read_hf_checkpoint(const std::string& dir) {
   for (const auto& [k, v] : tf.metadata) ck.metadata[k] = v;
   ck.notes.push_back("read as a Hugging Face " + model_type + " checkpoint: " + ck.config.to_string());
   return ck;
+}
+
+namespace {
+
+// Which of the five classes carries `c` (the reader's choice, backwards).
+Arch arch_for(const Config& c) {
+  if (c.norm == NormKind::RMSNormPlusOne) return Arch::Gemma2;
+  if (c.norm == NormKind::LayerNorm) return Arch::NeoX;
+  if (c.qk_norm) return Arch::Qwen3;
+  bool all_sliding = c.has_sliding();
+  for (int64_t l = 0; l < c.n_layers; ++l) all_sliding = all_sliding && c.window(l) > 0;
+  return all_sliding ? Arch::Mistral : Arch::Llama;
+}
+
+json rope_json(const Config& c) {
+  json rp = {{"rope_theta", c.rope_theta}};
+  if (c.partial_rotary != 1.0) rp["partial_rotary_factor"] = c.partial_rotary;
+  const RopeScaling& s = c.rope_scaling;
+  switch (s.kind) {
+    case RopeScaling::Kind::None: rp["rope_type"] = "default"; break;
+    case RopeScaling::Kind::Linear: rp["rope_type"] = "linear"; rp["factor"] = s.factor; break;
+    case RopeScaling::Kind::Llama3:
+      rp.update({{"rope_type", "llama3"}, {"factor", s.factor}, {"low_freq_factor", s.low_freq_factor},
+                 {"high_freq_factor", s.high_freq_factor}, {"original_max_position_embeddings", s.original_context}});
+      break;
+    case RopeScaling::Kind::Yarn:
+      rp.update({{"rope_type", "yarn"}, {"factor", s.factor}, {"original_max_position_embeddings", s.original_context},
+                 {"beta_fast", s.beta_fast}, {"beta_slow", s.beta_slow}, {"truncate", s.truncate}});
+      if (s.attention_factor) rp["attention_factor"] = *s.attention_factor;
+      break;
+  }
+  return rp;
+}
+
+json config_json(const Config& c, Arch arch) {
+  static const std::map<Arch, std::pair<const char*, const char*>> names = {
+      {Arch::Llama, {"llama", "LlamaForCausalLM"}},   {Arch::Mistral, {"mistral", "MistralForCausalLM"}},
+      {Arch::Qwen3, {"qwen3", "Qwen3ForCausalLM"}},   {Arch::Gemma2, {"gemma2", "Gemma2ForCausalLM"}},
+      {Arch::NeoX, {"gpt_neox", "GPTNeoXForCausalLM"}}};
+  const auto& [type, cls] = names.at(arch);
+  json j = {{"model_type", type},
+            {"architectures", {cls}},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.d_model},
+            {"num_attention_heads", c.n_heads},
+            {"num_hidden_layers", c.n_layers},
+            {"max_position_embeddings", c.context},
+            {"intermediate_size", c.ffn_dim()},
+            {"tie_word_embeddings", c.tied_embeddings},
+            {"rope_parameters", rope_json(c)},
+            {"dtype", "float32"}};
+  if (arch == Arch::NeoX) {
+    j.update({{"layer_norm_eps", c.norm_eps}, {"hidden_act", c.activation == Activation::GeluErf ? "gelu" : "unsupported"},
+              {"use_parallel_residual", c.parallel_residual}, {"attention_bias", c.attn_bias}, {"rotary_pct", c.partial_rotary},
+              {"rotary_emb_base", c.rope_theta}});
+    return j;
+  }
+  j.update({{"num_key_value_heads", c.kv_heads()}, {"head_dim", c.head_dim()}, {"rms_norm_eps", c.norm_eps},
+            {"attention_bias", c.attn_bias}, {"mlp_bias", false}});
+  if (arch == Arch::Gemma2) {
+    j["hidden_activation"] = c.activation == Activation::GeluTanh ? "gelu_pytorch_tanh" : "unsupported";
+    // transformers' Gemma2Config takes an int here (its dataclass check refuses 64.0).
+    const double q = c.query_pre_attn_scalar;
+    j["query_pre_attn_scalar"] = q == std::floor(q) ? json(static_cast<int64_t>(q)) : json(q);
+    j["attn_logit_softcapping"] = c.attn_softcap > 0 ? json(c.attn_softcap) : json(nullptr);
+    j["final_logit_softcapping"] = c.final_softcap > 0 ? json(c.final_softcap) : json(nullptr);
+  } else {
+    j["hidden_act"] = c.activation == Activation::Silu ? "silu" : "unsupported";
+  }
+  if (arch == Arch::Mistral) {
+    j["sliding_window"] = c.has_sliding() ? json(c.sliding_window) : json(nullptr);
+  } else if (c.has_sliding()) {
+    json types = json::array();
+    for (int64_t l = 0; l < c.n_layers; ++l) types.push_back(c.window(l) > 0 ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    j["sliding_window"] = c.sliding_window;
+  }
+  return j;
+}
+
+// Our tensors under the class's names: rename's inverse.
+std::vector<std::pair<std::string, at::Tensor>> hf_tensors(const Checkpoint& ck, Arch arch) {
+  const Config& c = ck.config;
+  std::map<std::string, at::Tensor> in;
+  for (const auto& [name, t] : ck.tensors) in[name] = t;
+  auto take = [&](const std::string& name) {
+    const auto it = in.find(name);
+    if (it == in.end()) throw std::invalid_argument("write_hf_checkpoint: tensor " + name + " missing");
+    return it->second.to(at::kFloat).contiguous();
+  };
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  const int64_t H = c.n_heads, G = c.kv_heads(), hd = c.head_dim();
+  if (arch == Arch::NeoX) {
+    out.emplace_back("gpt_neox.embed_in.weight", take("emb.weight"));
+    for (int64_t l = 0; l < c.n_layers; ++l) {
+      const std::string p = "gpt_neox.layers." + std::to_string(l) + ".", q = "blocks." + std::to_string(l) + ".";
+      for (const char* wb : {"weight", "bias"}) {
+        out.emplace_back(p + "input_layernorm." + wb, take(q + "norm1." + wb));
+        out.emplace_back(p + "post_attention_layernorm." + wb, take(q + "norm2." + wb));
+      }
+      // Ours q | k | v head-major -> per head [q k v].
+      out.emplace_back(p + "attention.query_key_value.weight",
+                       take(q + "attn.qkv.weight").view({3, H, hd, -1}).transpose(0, 1).reshape({3 * H * hd, -1}).contiguous());
+      if (c.attn_bias) {
+        out.emplace_back(p + "attention.query_key_value.bias",
+                         take(q + "attn.qkv.bias").view({3, H, hd}).transpose(0, 1).reshape({3 * H * hd}).contiguous());
+        out.emplace_back(p + "attention.dense.bias", take(q + "attn.out.bias"));
+      }
+      out.emplace_back(p + "attention.dense.weight", take(q + "attn.out.weight"));
+      out.emplace_back(p + "mlp.dense_h_to_4h.weight", take(q + "mlp.0.weight"));
+      out.emplace_back(p + "mlp.dense_h_to_4h.bias", take(q + "mlp.0.bias"));
+      out.emplace_back(p + "mlp.dense_4h_to_h.weight", take(q + "mlp.2.weight"));
+      out.emplace_back(p + "mlp.dense_4h_to_h.bias", take(q + "mlp.2.bias"));
+    }
+    out.emplace_back("gpt_neox.final_layer_norm.weight", take("norm.weight"));
+    out.emplace_back("gpt_neox.final_layer_norm.bias", take("norm.bias"));
+    if (!c.tied_embeddings) out.emplace_back("embed_out.weight", take("head.weight"));
+    return out;
+  }
+  out.emplace_back("model.embed_tokens.weight", take("emb.weight"));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".", q = "blocks." + std::to_string(l) + ".";
+    out.emplace_back(p + "input_layernorm.weight", take(q + "norm1.weight"));
+    if (arch == Arch::Gemma2) {
+      out.emplace_back(p + "post_attention_layernorm.weight", take(q + "post_attn_norm.weight"));
+      out.emplace_back(p + "pre_feedforward_layernorm.weight", take(q + "norm2.weight"));
+      out.emplace_back(p + "post_feedforward_layernorm.weight", take(q + "post_mlp_norm.weight"));
+    } else {
+      out.emplace_back(p + "post_attention_layernorm.weight", take(q + "norm2.weight"));
+    }
+    const std::string a = p + "self_attn.";
+    const at::Tensor qkv = take(q + "attn.qkv.weight");  // ((H + 2G) hd, d): q | k | v
+    out.emplace_back(a + "q_proj.weight", qkv.narrow(0, 0, H * hd).contiguous());
+    out.emplace_back(a + "k_proj.weight", qkv.narrow(0, H * hd, G * hd).contiguous());
+    out.emplace_back(a + "v_proj.weight", qkv.narrow(0, (H + G) * hd, G * hd).contiguous());
+    out.emplace_back(a + "o_proj.weight", take(q + "attn.out.weight"));
+    if (c.attn_bias) {
+      const at::Tensor b = take(q + "attn.qkv.bias");
+      out.emplace_back(a + "q_proj.bias", b.narrow(0, 0, H * hd).contiguous());
+      out.emplace_back(a + "k_proj.bias", b.narrow(0, H * hd, G * hd).contiguous());
+      out.emplace_back(a + "v_proj.bias", b.narrow(0, (H + G) * hd, G * hd).contiguous());
+      out.emplace_back(a + "o_proj.bias", take(q + "attn.out.bias"));
+    }
+    if (c.qk_norm) {
+      out.emplace_back(a + "q_norm.weight", take(q + "attn.q_norm.weight"));
+      out.emplace_back(a + "k_norm.weight", take(q + "attn.k_norm.weight"));
+    }
+    for (const char* m : {"gate", "up", "down"}) out.emplace_back(p + "mlp." + m + "_proj.weight", take(q + "mlp." + m + ".weight"));
+  }
+  out.emplace_back("model.norm.weight", take("norm.weight"));
+  if (!c.tied_embeddings) out.emplace_back("lm_head.weight", take("head.weight"));
+  return out;
+}
+
+// The same model's config with every default spelled out (d_ff 0 is 4 d, n_kv_heads 0 is H, ...), so
+// two spellings of one model compare equal.
+Config spelled_out(Config c) {
+  c.d_ff = c.ffn_dim();
+  c.n_kv_heads = c.kv_heads();
+  c.head_size = c.head_dim();
+  c.dropout = 0;
+  if (c.rope_scaling.kind == RopeScaling::Kind::Yarn && !c.rope_scaling.attention_factor)
+    c.rope_scaling.attention_factor = rope_attention_factor(rope_spec(c));
+  return c;
+}
+
+// The first knob whose value differs between `a` (ours) and `b` (read back), by its config name.
+std::string lost_knob(const Config& a, const Config& b) {
+  const json x = json::parse(config_to_json(spelled_out(a))), y = json::parse(config_to_json(spelled_out(b)));
+  for (const auto& [k, v] : x.items())
+    if (!y.contains(k) || y.at(k) != v) return k + " = " + v.dump();
+  for (const auto& [k, v] : y.items())
+    if (!x.contains(k)) return k + " (read back as " + v.dump() + ")";
+  return "";
+}
+
+}  // namespace
+
+void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck) {
+  std::error_code ec;
+  if (fs::exists(dir, ec)) throw std::invalid_argument(dir + ": exists; write_hf_checkpoint writes a new directory");
+  const Config& c = ck.config;
+  c.validate();
+  if (c.rope_pairing != RopePairing::Halves)
+    throw std::invalid_argument("a Hugging Face directory needs rope_pairing halves (rotate_half); this model pairs adjacent channels "
+                                "(the seed's RoPE): rope_pairing = adjacent cannot be carried");
+  const Arch arch = arch_for(c);
+  const fs::path final_dir(dir);
+  const fs::path tmp = final_dir.parent_path() / (final_dir.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp);
+  struct Cleanup {
+    fs::path p;
+    bool keep = false;
+    ~Cleanup() {
+      std::error_code e;
+      if (!keep) fs::remove_all(p, e);
+    }
+  } cleanup{tmp};
+  write_text_atomically((tmp / "config.json").string(), config_json(c, arch).dump(2) + "\n");
+  write_safetensors((tmp / "model.safetensors").string(), hf_tensors(ck, arch), {{"format", "pt"}});
+  // Read back: what the class cannot carry shows as a knob that changed, or a tensor that did.
+  const Checkpoint back = read_hf_checkpoint(tmp.string());
+  const std::string lost = lost_knob(c, back.config);
+  if (!lost.empty())
+    throw std::invalid_argument(std::string("a Hugging Face ") + config_json(c, arch).at("architectures")[0].get<std::string>() +
+                                " cannot carry this model's " + lost);
+  std::map<std::string, at::Tensor> mine;
+  for (const auto& [name, t] : ck.tensors) mine[name] = t;
+  for (const auto& [name, t] : back.tensors)
+    if (!mine.count(name) || !mine.at(name).to(at::kFloat).equal(t))
+      throw std::invalid_argument("write_hf_checkpoint: tensor " + name + " does not read back equal");
+  fs::rename(tmp, final_dir);
+  cleanup.keep = true;
 }
 
 }  // namespace tinygpt

@@ -200,6 +200,10 @@ def cases(d, fixture_dir):
         ("verify of a row it does not run", ["verify", "--checks", "tokens,self", "--json", p("verify.json")],
          "'self' is not a row verify runs", p("verify.json")),
         ("conform engine that is not there", ["conform", "--engine", "/nonexistent/engine"], "hello", None),
+        ("seed's fixture exported as a Hugging Face directory", ["export", "--format", "hf", nowhere + "/hf"], "rope_pairing", nowhere + "/hf"),
+        ("zoo member for an engine without the hf format",
+         ["conform", "--engine", "/usr/bin/python3 " + os.path.join(HERE, "..", "..", "engines", "reference", "python_reference.py"), "--model", "zoo:llama",
+          "--checks", "tokens"], "no \"hf\" format", None),
     ]
 
 

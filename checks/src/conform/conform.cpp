@@ -127,16 +127,21 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
     for (const auto& op : m.hello["operations"])
       if (op.is_string()) m.operations.push_back(op.get<std::string>());
   const auto& known = export_formats();
+  std::vector<std::string> listed;
   if (m.hello.contains("formats") && m.hello["formats"].is_array())
     for (const auto& f : m.hello["formats"])
-      if (f.is_string() && m.format.empty() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end())
-        m.format = f.get<std::string>();
+      if (f.is_string() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end()) listed.push_back(f.get<std::string>());
+  // A zoo member (SPEC 10) goes as a Hugging Face directory, whose config.json carries its knobs: the
+  // seed's formats would drop them. The seed's model goes in the first format the engine lists.
+  const bool zoo = !cfg.is_seed_architecture();
+  for (const auto& f : listed)
+    if (m.format.empty() && (!zoo || f == "hf")) m.format = f;
+  if (m.format.empty() && zoo)
+    throw std::invalid_argument("conform: the model sets " + cfg.zoo_knob() + " (a zoo member, SPEC 10), which goes to an engine as a "
+                                "Hugging Face directory; this engine's hello lists no \"hf\" format (" + engine_json(m.hello["formats"]) + ")");
   if (m.format.empty())
-    throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx): " + engine_json(m.hello));
+    throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx, hf): " + engine_json(m.hello));
   const std::string file = m.tmp.path + "/model." + m.format;
-  // The engines' adapters build the seed's architecture from the file; a zoo member's knobs would be
-  // dropped on the way (issue 53 puts each engine on the architectures it serves).
-  cfg.require_seed_architecture("conform");
   say("writing the model as " + m.format);
   export_model(m.ck, m.model, m.format, file);
   const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},

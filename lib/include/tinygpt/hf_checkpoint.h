@@ -20,4 +20,13 @@ bool is_hf_directory(const std::string& path);
 // tensor missing or of the wrong shape. Never approximates.
 Checkpoint read_hf_checkpoint(const std::string& dir);
 
+// The inverse: `ck` (our names; its config a member of the five) as a Hugging Face directory `dir`
+// (config.json + model.safetensors, float32) that transformers loads as that class: the class chosen
+// by the knobs (Gemma 2 by its (1 + w) norm, Qwen3 by QK-norm, GPT-NeoX by LayerNorm with parallel
+// residual, Mistral by every layer sliding, Llama otherwise). Proven by reading it back: a config that
+// class cannot carry (the seed's adjacent RoPE pairs, a soft-cap on a Llama, ...) is refused naming the
+// knob it would lose - std::invalid_argument - and nothing is left at `dir`. Refuses an existing `dir`;
+// written into a temporary folder beside it and renamed into place.
+void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck);
+
 }  // namespace tinygpt

@@ -12,7 +12,7 @@
 
 namespace tinygpt::checks {
 
-// pt, safetensors, gguf, onnx.
+// pt, safetensors, gguf, onnx, hf (a Hugging Face directory of a zoo member: hf_checkpoint.h).
 const std::vector<std::string>& export_formats();
 
 // Writes `model` (read from `ck`) to `out` in `format`, atomically. std::invalid_argument for an unknown
