@@ -7,7 +7,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <type_traits>
 
 #include <filesystem>
 #include <fstream>
@@ -263,6 +262,8 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
     }
   });
   const int64_t context = model->config().context;
+  // A row with the check's own schedule matches within this factor of the engine's |diff| and worst.
+  constexpr double kFactor = 3.0;
   int best = -1000;
   size_t closest = faults.size();
   // Faults failing the same rows, by how they compare with the engine's failures (diagnose.h):
@@ -318,7 +319,7 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
         if (*e.first != *f.first) holds = false, differ(n + " first at " + std::to_string(*f.first));
       }
       far_steps = std::max(far_steps, apart);
-      if (apart > std::log(3.0)) differ(n + " by a |diff| " + std::to_string(static_cast<int>(std::lround(std::exp(apart)))) + " times apart");
+      if (apart > std::log(kFactor)) differ(n + " by a |diff| " + std::to_string(static_cast<int>(std::lround(std::exp(apart)))) + " times apart");
       auto grew = [](const RowSeen& x) { return x.worst && x.size && x.worst_at && *x.worst > 2 * *x.size; };
       if (e.first && grew(f) && grew(e)) {
         const int64_t slack = std::max<int64_t>(4, (*e.worst_at - *e.first) / 3);
@@ -326,7 +327,6 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
           far_steps = std::max(far_steps, 1e9), differ(n + " peaking at " + std::to_string(*f.worst_at));
       }
     }
-    constexpr double kFactor = 3.0;
     if (placed == 0) unplaced.push_back(faults[i]->name);
     else if (holds && far_steps <= std::log(kFactor)) same_signature.push_back({exact, far, faults[i]->name, ""});
     else resembling.push_back({exact, std::max(far, far_steps), faults[i]->name, differs});

@@ -246,8 +246,7 @@ class Served:
     def model(self):
         """A model of its own (the manager switches its attention to paged), with the engine's weights."""
         if self._model is None:
-            m = (AutoModelForCausalLM.from_pretrained(self.engine.hf_dir, dtype=torch.float32) if self.engine.hf_dir
-                 else GPTNeoXForCausalLM(self.engine.config)).eval()
+            m = type(self.engine.model)(self.engine.config).eval()  # GPTNeoXForCausalLM, or a zoo member's own class
             m.load_state_dict(self.engine.model.state_dict())
             m.set_attn_implementation("eager")
             self._model = m

@@ -92,7 +92,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
     c.target.serving().shift_row(live[0].id, keep, discard);
     ref.shift(keep, discard);
     next -= discard, pos -= discard;
-    const std::vector<int64_t> ids = serving_prompt(steps, 2 + k + 16 * static_cast<int64_t>(c.opts.variation % 1000003), V);
+    const std::vector<int64_t> ids = row_ids(c, steps, 2 + k);
     std::vector<at::Tensor> gots;  // (V) each
     for (int64_t j = 0; j < steps; ++j) gots.push_back(step(ids[static_cast<size_t>(j)]));
     // The same ids through the reference's entries in one chunk: every position's logits.

@@ -71,6 +71,10 @@ struct LiveRow {
 
 // A deterministic prompt of `len` ids for row `b` (different rows, different ids).
 std::vector<int64_t> serving_prompt(int64_t len, int64_t b, int64_t vocab);
+// EquivalenceOptions::variation as the serving rows use it (0: the documented runs).
+int64_t held_out(const CheckContext& c);
+// `len` ids of serving_prompt's row b, other ids under a variation N > 0 (row b + 16 N).
+std::vector<int64_t> row_ids(const CheckContext& c, int64_t len, int64_t b);
 // A serving row's short prompt under EquivalenceOptions::variation: serving_prompt(len, b) at 0; at
 // N > 0 up to 6 ids longer and of other ids (the row's schedule, counted from its prompt, moves too).
 std::vector<int64_t> row_prompt(const CheckContext& c, int64_t len, int64_t b);

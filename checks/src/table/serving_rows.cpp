@@ -19,9 +19,15 @@ std::vector<int64_t> serving_prompt(int64_t len, int64_t b, int64_t vocab) {
   return p;
 }
 
+int64_t held_out(const CheckContext& c) { return static_cast<int64_t>(c.opts.variation % 1000003); }
+
+std::vector<int64_t> row_ids(const CheckContext& c, int64_t len, int64_t b) {
+  return serving_prompt(len, b + 16 * held_out(c), c.model->config().vocab_size);
+}
+
 std::vector<int64_t> row_prompt(const CheckContext& c, int64_t len, int64_t b) {
-  const int64_t n = static_cast<int64_t>(c.opts.variation % 1000003);
-  return serving_prompt(n == 0 ? len : len + (5 * n + b) % 7, b + 16 * n, c.model->config().vocab_size);
+  const int64_t n = held_out(c);
+  return row_ids(c, n == 0 ? len : len + (5 * n + b) % 7, b);
 }
 
 int64_t top1(const at::Tensor& row) { return row.argmax().item<int64_t>(); }
