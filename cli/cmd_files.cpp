@@ -33,8 +33,9 @@ Command add_export(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
       "export",
-      "Write the model in a format an engine loads: gguf (llama.cpp's gptneox architecture, F32, with the q/k row\n"
-      "permutation that makes its rotate-half RoPE ours; written here in C++), onnx (one graph for prefill and\n"
+      "Write the model in a format an engine loads: gguf (F32, for llama.cpp: the seed's model as its gptneox\n"
+      "architecture, a zoo member as llama, qwen3, gemma2 or gptneox, the q/k rows reordered to the pairing its\n"
+      "RoPE turns; a knob no architecture carries is refused by name; written here in C++), onnx (one graph for prefill and\n"
       "decode: ids, start, past K/V in, last logits and present K/V out; through python3-torch), pt or\n"
       "safetensors, or hf: a zoo member (--checkpoint golden/zoo/NAME/model.safetensors) as a Hugging Face\n"
       "directory transformers loads as its own class (config.json + model.safetensors; a knob the class cannot\n"

@@ -238,7 +238,11 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   // Churn drives every operation, so it catches every serving fault whose matrix runs it, whichever row
   // the fault is named for: with churn failing, those are candidates too.
   const bool churn_failed = engine.failing.count(check::kChurn) > 0;
-  for (const CacheVariant* f : cache_registry().all(/*faults=*/true)) {
+  // The catalogue's faults, and the zoo's boundary faults where the model has their feature.
+  std::vector<const CacheVariant*> catalogue = cache_registry().all(/*faults=*/true);
+  for (const CacheVariant* z : cache_registry().zoo_faults())
+    if (z->applies(model->config())) catalogue.push_back(z);
+  for (const CacheVariant* f : catalogue) {
     const bool churned = churn_failed && std::count(f->checks.begin(), f->checks.end(), std::string(check::kChurn)) > 0;
     if (!churned &&
         std::none_of(f->expected.begin(), f->expected.end(), [&](const std::string& n) { return engine.failing.count(n) > 0; }))

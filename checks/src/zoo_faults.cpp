@@ -165,6 +165,15 @@ class ShiftIgnoresRopeScaling final : public ServingSchedule {
   bool shift_uses_rope_scaling() const override { return false; }
 };
 
+// The context shift's K-shift multiplies every cached key by YaRN's attention factor once more: llama.cpp
+// 0.4 and 0.7 rotate each cell of the cache by its own delta (0 for cells that did not move) through
+// ggml_rope_ext with the forward pass's YaRN arguments, and ggml multiplies cos and sin by
+// 1 + 0.1 ln(factor) (docs/engines.md, "Engines on the zoo": a finding, tests/engines/yarn_shift.py).
+class ShiftReappliesYarnFactor final : public ServingSchedule {
+ public:
+  double shift_key_gain(const Config& c) const override { return rope_attention_factor(rope_spec(c)); }
+};
+
 // A zoo fault: the rolling cache and the model's own step (every member runs them), one decision
 // changed, on the members `applies` names.
 CacheVariant zoo_fault(std::string name, std::string description, std::vector<std::string> expected, std::string feature,
@@ -271,6 +280,17 @@ void register_zoo_faults(CacheRegistry& r) {
                        "a context shift re-rotates kept keys with the unscaled frequencies (llama.cpp PR #17945)",
                        {check::kContextShift}, "RoPE scaling", [](const Config& c) { return c.rope_scaling.kind != RopeScaling::Kind::None; });
     v.serving = std::make_shared<ShiftIgnoresRopeScaling>();
+    v.checks = {check::kContextShift};
+    r.add(std::move(v));
+  }
+  {
+    auto v = zoo_fault("shift-reapplies-yarn-factor",
+                       "a context shift multiplies every cached key, of every row, by YaRN's attention factor once more "
+                       "(llama.cpp 0.4 and 0.7's K-shift: docs/engines.md)",
+                       {check::kContextShift}, "YaRN's attention factor", [](const Config& c) {
+                         return c.rope_scaling.kind == RopeScaling::Kind::Yarn && rope_attention_factor(rope_spec(c)) != 1.0;
+                       });
+    v.serving = std::make_shared<ShiftReappliesYarnFactor>();
     v.checks = {check::kContextShift};
     r.add(std::move(v));
   }

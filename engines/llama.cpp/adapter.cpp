@@ -46,7 +46,9 @@
 // state-saved-without-history (a saved state of the row's window alone, its shadow left out: a
 // rollback after the restore has nothing to bring back - this adapter's own bug until
 // rollback-after-restore found it);
-// in `sample` with per-row seeds, first-seed-for-every-row (every row's chain seeded with the first's).
+// in `sample` with per-row seeds, first-seed-for-every-row (every row's chain seeded with the first's);
+// and an exporter's mistakes on the zoo's paths (the file rewritten before llama.cpp reads it):
+// kv-heads-interleaved (query head h in the group of KV head h % G), final-softcap-dropped.
 #include <dlfcn.h>
 #include <gguf.h>
 #include <ggml-backend.h>
@@ -76,7 +78,7 @@ const std::set<std::string> kFaults = {"", "rope-permutation-skipped", "no-reset
                                        "context-shift-keeps-prompt", "f16-cache", "rollback-forgets-the-window",
                                        "shift-not-renumbered", "reused-prefix-too-long", "shift-shares-cells",
                                        "extend-last-token-dropped", "state-saved-in-part", "first-seed-for-every-row",
-                                       "state-saved-without-history"};
+                                       "state-saved-without-history", "kv-heads-interleaved", "final-softcap-dropped"};
 constexpr int kMaxRows = 16;     // rows 0..15; row r's shadow is sequence kMaxRows + r
 constexpr int kRollback = 64;    // evicted entries a row keeps for a rollback
 constexpr int kPool = 8;
@@ -148,6 +150,55 @@ void unpermute(const std::string& src, const std::string& dst, int64_t heads) {
   if (!out) throw std::runtime_error("cannot write " + dst);
 }
 
+// A copy of `src` at `dst` as a faulty exporter writes it (the planted faults of the zoo's paths):
+//  - kv-heads-interleaved: each layer's query heads laid out so head h sits in the group of KV head
+//    h % G, not h / (H / G) (attn_q's rows and attn_output's columns moved together, head by head);
+//  - final-softcap-dropped: the final soft-cap written as 1e30, which leaves the logits as they were.
+void plant_export_fault(const std::string& src, const std::string& dst, const std::string& fault) {
+  std::ifstream in(src, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  gguf_init_params p{/*no_alloc=*/true, /*ctx=*/nullptr};
+  gguf_context* g = gguf_init_from_file(src.c_str(), p);
+  if (!g) throw std::runtime_error("cannot read " + src);
+  const std::string arch = gguf_get_val_str(g, gguf_find_key(g, "general.architecture"));
+  if (fault == "final-softcap-dropped") {
+    // The value's bytes follow the key (a u64 length, the name) and its type (u32 GGUF_TYPE_FLOAT32).
+    const std::string key = arch + ".final_logit_softcapping";
+    const uint64_t n = key.size();
+    std::string pattern(reinterpret_cast<const char*>(&n), 8);
+    pattern += key;
+    const auto at = std::search(bytes.begin(), bytes.end(), pattern.begin(), pattern.end());
+    if (at == bytes.end()) throw std::runtime_error("final-softcap-dropped: the model has no " + key);
+    const float none = 1e30f;
+    std::memcpy(&*(at + static_cast<std::ptrdiff_t>(pattern.size()) + 4), &none, 4);
+  } else {
+    auto u32 = [&](const std::string& k) { return static_cast<int64_t>(gguf_get_val_u32(g, gguf_find_key(g, (arch + "." + k).c_str()))); };
+    const int64_t H = u32("attention.head_count"), G = u32("attention.head_count_kv"), layers = u32("block_count");
+    const size_t base = gguf_get_data_offset(g);
+    auto tensor = [&](const std::string& name) {
+      const int64_t t = gguf_find_tensor(g, name.c_str());
+      if (t < 0) throw std::runtime_error("kv-heads-interleaved: no " + name);
+      return reinterpret_cast<float*>(bytes.data() + base + gguf_get_tensor_offset(g, t));
+    };
+    const int64_t d = u32("embedding_length"), hd = u32("attention.key_length");
+    for (int64_t l = 0; l < layers; ++l) {
+      float* qw = tensor("blk." + std::to_string(l) + ".attn_q.weight");   // H hd rows of d
+      float* ow = tensor("blk." + std::to_string(l) + ".attn_output.weight");  // d rows of H hd
+      const std::vector<float> q0(qw, qw + H * hd * d), o0(ow, ow + d * H * hd);
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t slot = (h % G) * (H / G) + h / G;  // in the group of KV head h % G
+        std::memcpy(qw + slot * hd * d, q0.data() + h * hd * d, hd * d * sizeof(float));
+        for (int64_t r = 0; r < d; ++r)
+          std::memcpy(ow + r * H * hd + slot * hd, o0.data() + r * H * hd + h * hd, hd * sizeof(float));
+      }
+    }
+  }
+  gguf_free(g);
+  std::ofstream out(dst, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + dst);
+}
+
 class Engine {
  public:
   explicit Engine(std::string fault) : fault_(std::move(fault)) {}
@@ -168,9 +219,17 @@ class Engine {
 
   int protocol() const { return protocol_; }
 
-  json hello_fields() const {
+  // What llama.cpp does differently on the model loaded (before one is, on the seed's gptneox): its
+  // GELU (ggml_gelu, tanh from an fp16 table) is in the gptneox and gemma2 graphs, not in llama's or
+  // qwen3's, which use SiLU.
+  json deviations() const {
     json dev = json::array({"top-k-exact", "rope-angle-recurrence"});
-    if (!kExactGelu) dev.push_back("gelu-tanh");
+    if (!kExactGelu && (arch_ == "gptneox" || arch_ == "gemma2")) dev.push_back("gelu-tanh");
+    return dev;
+  }
+
+  json hello_fields() const {
+    const json dev = deviations();
     std::string name = std::string("llama.cpp ") + kVersion + (kExactGelu ? " with exact GELU" : kBuild);
     if (!fault_.empty()) name += " (fault " + fault_ + ")";
     return {{"ok", true}, {"name", name}, {"formats", {"gguf"}}, {"deviations", dev}, {"kv_types", kv_type_names()}};
@@ -196,14 +255,24 @@ class Engine {
       const std::string patched = path + ".unpermuted.gguf";
       unpermute(path, patched, cfg.value("n_heads", 4));
       path = patched;
+    } else if (fault_ == "kv-heads-interleaved" || fault_ == "final-softcap-dropped") {
+      const std::string patched = path + "." + fault_ + ".gguf";
+      plant_export_fault(path, patched, fault_);
+      path = patched;
     }
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     model_ = llama_model_load_from_file(path.c_str(), mp);
     if (!model_) throw std::runtime_error("llama_model_load_from_file failed on " + path);
+    char arch[64] = {0};
+    llama_model_meta_val_str(model_, "general.architecture", arch, sizeof arch);
+    arch_ = arch;
     llama_context_params cp = llama_context_default_params();
     cp.n_seq_max = 2 * kMaxRows + kPool + 1;  // every row, its shadow, the released rows kept, a scratch one
     cp.kv_unified = true;         // seq_cp and seq_rm re-tag cells; nothing is copied
+    // A sliding-window model's cache (gemma2) keeps every cell, the mask doing the window: a rollback,
+    // a shift or a reused prefix may need entries a window-sized cache would have given up.
+    cp.swa_full = true;
     cp.n_ctx = static_cast<uint32_t>((kMaxRows + kPool) * (context_ + kRollback + 64));
     cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(kMaxRows * context_);
     if (const std::string u = env("TINYGPT_LLAMA_UBATCH"); !u.empty()) cp.n_ubatch = static_cast<uint32_t>(std::stoi(u));
@@ -692,6 +761,7 @@ class Engine {
   };
   std::vector<Released> pool_;  // released rows kept for prefix reuse, oldest first
   int protocol_ = 2;            // what hello agreed on
+  std::string arch_ = "gptneox";  // the loaded model's llama.cpp architecture
 };
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -750,7 +820,7 @@ int main() {
       const std::string op = req.value("op", "");
       if (op == "quit") break;
       if (op == "hello") answer = engine.hello(req);
-      else if (op == "load") engine.load(req), answer = {{"ok", true}};
+      else if (op == "load") engine.load(req), answer = {{"ok", true}, {"deviations", engine.deviations()}};
       else if (op == "reset") engine.reset(), answer = {{"ok", true}};
       else if (op == "prefill") {
         json rows, reused;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 
 #include "tinygpt/atomic_file.h"
 #include "tinygpt/errors.h"
+#include "tinygpt/rope_scaling.h"
 
 namespace tinygpt {
 
@@ -54,70 +56,8 @@ struct Kv {
   float f = 0;
 };
 
-}  // namespace
-
-at::Tensor permute_qk_rows(const at::Tensor& qkv, int64_t n_heads, bool inverse) {
-  const int64_t d3 = qkv.size(0), d = d3 / 3, hd = d / n_heads;
-  if (d3 % 3 != 0 || d % n_heads != 0 || hd % 2 != 0) throw std::invalid_argument("permute_qk_rows: not a (3d, ...) qkv with even heads");
-  std::vector<int64_t> src(static_cast<size_t>(d3));
-  for (int64_t r = 0; r < d3; ++r) src[r] = r;  // v rows stay
-  for (int64_t part = 0; part < 2; ++part)       // q, then k
-    for (int64_t h = 0; h < n_heads; ++h)
-      for (int64_t j = 0; j < hd / 2; ++j) {
-        const int64_t base = part * d + h * hd;
-        src[base + j] = base + 2 * j;
-        src[base + hd / 2 + j] = base + 2 * j + 1;
-      }
-  std::vector<int64_t> idx = src;
-  if (inverse)
-    for (int64_t r = 0; r < d3; ++r) idx[src[r]] = r;
-  return qkv.index_select(0, at::tensor(idx, at::kLong).to(qkv.device()));
-}
-
-void write_gguf(const std::string& path, GPT& model, const std::string& name) {
-  const Config& c = model->config();
-  c.require_seed_architecture("GGUF export (the gptneox graph of the seed's model)");
-  std::vector<std::pair<std::string, at::Tensor>> t;  // in the order llama.cpp's loader lists them
-  auto f32 = [](const at::Tensor& x) { return x.detach().to(at::kCPU).to(at::kFloat).contiguous(); };
-  t.emplace_back("token_embd.weight", f32(model->emb->weight));
-  t.emplace_back("output_norm.weight", f32(model->norm->weight));
-  t.emplace_back("output_norm.bias", f32(model->norm->bias));
-  t.emplace_back("output.weight", f32(model->emb->weight));  // the tied head, copied
-  int64_t i = 0;
-  for (const auto& m : *model->blocks) {
-    const auto* b = m->as<BlockImpl>();
-    const std::string p = "blk." + std::to_string(i++) + ".";
-    t.emplace_back(p + "attn_norm.weight", f32(b->norm1->weight));
-    t.emplace_back(p + "attn_norm.bias", f32(b->norm1->bias));
-    t.emplace_back(p + "attn_qkv.weight", permute_qk_rows(f32(b->attn->qkv->weight), c.n_heads));
-    t.emplace_back(p + "attn_qkv.bias", at::zeros({3 * c.d_model}, at::kFloat));
-    t.emplace_back(p + "attn_output.weight", f32(b->attn->out->weight));
-    t.emplace_back(p + "attn_output.bias", at::zeros({c.d_model}, at::kFloat));
-    t.emplace_back(p + "ffn_norm.weight", f32(b->norm2->weight));
-    t.emplace_back(p + "ffn_norm.bias", f32(b->norm2->bias));
-    t.emplace_back(p + "ffn_up.weight", f32(b->up->weight));
-    t.emplace_back(p + "ffn_up.bias", f32(b->up->bias));
-    t.emplace_back(p + "ffn_down.weight", f32(b->down->weight));
-    t.emplace_back(p + "ffn_down.bias", f32(b->down->bias));
-  }
-  auto u32 = [](std::string k, uint64_t v) { return Kv{std::move(k), kU32, "", v, 0}; };
-  const std::vector<Kv> kv = {
-      {"general.architecture", kString, "gptneox"},
-      {"general.name", kString, name},
-      u32("general.file_type", 0),  // all F32
-      u32("general.alignment", kAlignment),
-      u32("gptneox.context_length", static_cast<uint64_t>(c.context)),
-      u32("gptneox.embedding_length", static_cast<uint64_t>(c.d_model)),
-      u32("gptneox.block_count", static_cast<uint64_t>(c.n_layers)),
-      u32("gptneox.feed_forward_length", static_cast<uint64_t>(4 * c.d_model)),
-      u32("gptneox.rope.dimension_count", static_cast<uint64_t>(c.head_dim())),
-      {"gptneox.rope.freq_base", kF32, "", 0, 10000.0f},
-      u32("gptneox.attention.head_count", static_cast<uint64_t>(c.n_heads)),
-      {"gptneox.use_parallel_residual", kBool, "", 0, 0},
-      {"gptneox.attention.layer_norm_epsilon", kF32, "", 0, 1e-5f},
-      u32("gptneox.vocab_size", static_cast<uint64_t>(c.vocab_size)),
-      {"tokenizer.ggml.model", kString, "none"},  // ids pass straight through
-  };
+// The file: header, metadata, tensor infos, then each tensor's data aligned (written atomically).
+void write_file(const std::string& path, const std::vector<Kv>& kv, const std::vector<std::pair<std::string, at::Tensor>>& t) {
   write_atomically(path, [&](std::ostream& out) {
     Writer w(out);
     w.raw<uint32_t>(kMagic);
@@ -150,6 +90,211 @@ void write_gguf(const std::string& path, GPT& model, const std::string& name) {
       w.pad();
     }
   });
+}
+
+}  // namespace
+
+namespace {
+
+[[noreturn]] void cannot(const std::string& arch, const std::string& knob) {
+  throw std::invalid_argument("GGUF export: llama.cpp's " + arch + " architecture cannot carry this model's " + knob);
+}
+
+// Each head's first `rotated` rows (of `heads` heads of hd rows) reordered between RoPE's two pairings:
+// to adjacent, new 2j = old j and new 2j + 1 = old j + r/2; to halves, the inverse. w: (heads hd, ...)
+// or (heads hd); the same shape back.
+at::Tensor repair(const at::Tensor& w, int64_t heads, int64_t hd, int64_t rotated, bool to_adjacent) {
+  std::vector<int64_t> idx(static_cast<size_t>(heads * hd));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < hd; ++i) idx[h * hd + i] = h * hd + i;
+    for (int64_t j = 0; j < rotated / 2; ++j) {
+      const int64_t half = h * hd + j, other = h * hd + rotated / 2 + j, even = h * hd + 2 * j, odd = even + 1;
+      if (to_adjacent) idx[even] = half, idx[odd] = other;
+      else idx[half] = even, idx[other] = odd;
+    }
+  }
+  return w.index_select(0, at::tensor(idx, at::kLong)).contiguous();
+}
+
+}  // namespace
+
+at::Tensor permute_qk_rows(const at::Tensor& qkv, int64_t n_heads, bool inverse) {
+  const int64_t d3 = qkv.size(0), d = d3 / 3, hd = d / n_heads;
+  if (d3 % 3 != 0 || d % n_heads != 0 || hd % 2 != 0) throw std::invalid_argument("permute_qk_rows: not a (3d, ...) qkv with even heads");
+  auto part = [&](int64_t i) { return qkv.narrow(0, i * d, d); };
+  return at::cat({repair(part(0), n_heads, hd, hd, inverse), repair(part(1), n_heads, hd, hd, inverse), part(2)});
+}
+
+std::string gguf_architecture(const Config& c) {
+  const bool gemma = c.norm == NormKind::RMSNormPlusOne || c.sandwich_norms || c.attn_softcap > 0 || c.final_softcap > 0 || c.embed_scale;
+  const std::string arch = gemma ? "gemma2" : c.norm == NormKind::LayerNorm ? "gptneox" : c.qk_norm ? "qwen3" : "llama";
+  auto need = [&](bool ok, const std::string& knob) {
+    if (!ok) cannot(arch, knob);
+  };
+  const RopeScaling::Kind k = c.rope_scaling.kind;
+  if (arch == "gptneox") {
+    need(!c.gated_mlp, "gated_mlp = true (its MLP is up, GELU, down)");
+    need(c.activation == Activation::GeluErf || c.activation == Activation::GeluTanh, std::string("activation = ") + to_string(c.activation));
+    need(c.kv_heads() == c.n_heads, "n_kv_heads = " + std::to_string(c.kv_heads()) + " (one fused qkv of n_heads heads each)");
+    need(c.head_dim() * c.n_heads == c.d_model, "head_size = " + std::to_string(c.head_dim()));
+    need(!c.qk_norm, "qk_norm = true");
+    need(!c.has_sliding(), "layer_types with sliding layers");
+    need(k == RopeScaling::Kind::None || k == RopeScaling::Kind::Linear, std::string("rope_scaling ") + to_string(k));
+    return arch;
+  }
+  need(c.norm == (gemma ? NormKind::RMSNormPlusOne : NormKind::RMSNorm), std::string("norm = ") + to_string(c.norm));
+  need(c.gated_mlp, "gated_mlp = false");
+  need(c.activation == (gemma ? Activation::GeluTanh : Activation::Silu), std::string("activation = ") + to_string(c.activation));
+  need(!c.parallel_residual, "parallel_residual = true");
+  need(c.partial_rotary == 1.0, "partial_rotary = " + std::to_string(c.partial_rotary) + " (it rotates whole heads)");
+  need(arch == "llama" || (!c.attn_bias && !c.mlp_bias), c.attn_bias ? "attn_bias = true" : "mlp_bias = true");
+  if (gemma) {
+    need(c.norm == NormKind::RMSNormPlusOne && c.sandwich_norms && c.embed_scale && c.tied_embeddings && !c.qk_norm,
+         "a part of Gemma 2 without the rest (it has (1 + w) sandwich norms, a scaled embedding, a tied head and no QK-norm)");
+    need(c.attn_softcap > 0, "attn_softcap = 0 (its graph always caps the scores)");
+    need(c.final_softcap > 0, "final_softcap = 0 (its graph always caps the logits)");
+    for (int64_t l = 0; l < c.n_layers; ++l)  // its default pattern: even layers slide, odd ones are full
+      need(c.has_sliding() && (c.window(l) > 0) == (l % 2 == 0), "layer_types other than sliding, full, sliding, ...");
+  } else {
+    need(!c.sandwich_norms && !c.embed_scale && c.attn_softcap == 0 && c.final_softcap == 0 && c.query_pre_attn_scalar == 0,
+         "a Gemma knob (sandwich_norms, embed_scale, a soft-cap or query_pre_attn_scalar)");
+    // llama keeps a sliding window in its metadata, which its graph does not read (docs/engines.md).
+    need(arch == "llama" || !c.has_sliding(), "layer_types with sliding layers");
+  }
+  need(k != RopeScaling::Kind::Llama3 || arch == "llama", "rope_scaling llama3 (its graph takes no rope_freqs)");
+  if (k == RopeScaling::Kind::Yarn) {
+    need(c.rope_scaling.truncate, "rope_scaling truncate = false");
+    need(!c.rope_scaling.attention_factor || *c.rope_scaling.attention_factor == 0.1 * std::log(c.rope_scaling.factor) + 1,
+         "rope_scaling attention_factor other than 0.1 ln(factor) + 1");
+  }
+  return arch;
+}
+
+void write_gguf(const std::string& path, GPT& model, const std::string& name) {
+  const Config& c = model->config();
+  const std::string arch = gguf_architecture(c);
+  std::map<std::string, at::Tensor> sd;
+  for (const auto& p : model->named_parameters()) sd[p.key()] = p.value().detach().to(at::kCPU).to(at::kFloat).contiguous();
+  auto take = [&](const std::string& n) {
+    const auto it = sd.find(n);
+    if (it == sd.end()) throw std::logic_error("write_gguf: the model has no " + n);
+    return it->second;
+  };
+  const int64_t H = c.n_heads, G = c.kv_heads(), hd = c.head_dim(), r = rope_spec(c).rotated();
+  // llama's graph turns adjacent pairs (ggml's NORM RoPE), the others turn halves (NEOX).
+  const bool want_adjacent = arch == "llama", have_adjacent = c.rope_pairing == RopePairing::Adjacent;
+  auto pairing = [&](const at::Tensor& w, int64_t heads) {
+    return want_adjacent == have_adjacent ? w : repair(w, heads, hd, r, want_adjacent);
+  };
+  const bool plus_one = c.norm == NormKind::RMSNormPlusOne;  // llama.cpp's Gemma norms read 1 + w from the file
+  auto norm = [&](const std::string& n) { return plus_one ? take(n) + 1 : take(n); };
+  std::vector<std::pair<std::string, at::Tensor>> t;  // in the order llama.cpp's loader lists them
+  t.emplace_back("token_embd.weight", take("emb.weight"));
+  t.emplace_back("output_norm.weight", norm("norm.weight"));
+  if (arch == "gptneox") t.emplace_back("output_norm.bias", take("norm.bias"));
+  if (!c.tied_embeddings) t.emplace_back("output.weight", take("head.weight"));
+  else if (arch == "gptneox") t.emplace_back("output.weight", take("emb.weight"));  // gptneox has no tied fallback: a copy
+  if (c.rope_scaling.kind == RopeScaling::Kind::Llama3) {
+    // llama.cpp divides each frequency by its factor: ours unscaled over ours scaled, (r/2).
+    RopeSpec plain = rope_spec(c);
+    plain.scaling = RopeScaling{};
+    t.emplace_back("rope_freqs.weight", rope_inv_frequencies(plain) / rope_inv_frequencies(rope_spec(c)));
+  }
+  // Gemma 2 at an unknown size scales q by head_dim^-0.5 (and 27B's by (d / H)^-0.5); ours by
+  // query_pre_attn_scalar^-0.5: the difference goes into q's rows, before the soft-cap sees the scores.
+  double q_gain = 1;
+  if (arch == "gemma2" && c.query_pre_attn_scalar > 0) {
+    const double theirs = c.n_layers == 46 ? static_cast<double>(c.d_model / H) : static_cast<double>(hd);
+    q_gain = std::sqrt(theirs / c.query_pre_attn_scalar);
+  }
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".", o = "blocks." + std::to_string(l) + ".";
+    if (arch == "gptneox") {  // one fused qkv: q | k | v, n_heads heads each
+      const int64_t d = H * hd;
+      auto qk_pairs = [&](const at::Tensor& w) {
+        return at::cat({pairing(w.narrow(0, 0, d), H), pairing(w.narrow(0, d, d), H), w.narrow(0, 2 * d, d)});
+      };
+      t.emplace_back(p + "attn_norm.weight", take(o + "norm1.weight"));
+      t.emplace_back(p + "attn_norm.bias", take(o + "norm1.bias"));
+      t.emplace_back(p + "attn_qkv.weight", qk_pairs(take(o + "attn.qkv.weight")));
+      t.emplace_back(p + "attn_qkv.bias", c.attn_bias ? qk_pairs(take(o + "attn.qkv.bias")) : at::zeros({3 * d}, at::kFloat));
+      t.emplace_back(p + "attn_output.weight", take(o + "attn.out.weight"));
+      t.emplace_back(p + "attn_output.bias", c.attn_bias ? take(o + "attn.out.bias") : at::zeros({c.d_model}, at::kFloat));
+      t.emplace_back(p + "ffn_norm.weight", take(o + "norm2.weight"));
+      t.emplace_back(p + "ffn_norm.bias", take(o + "norm2.bias"));
+      for (const auto& [g, ours] : {std::pair{"ffn_up", "mlp.0"}, std::pair{"ffn_down", "mlp.2"}}) {
+        t.emplace_back(p + g + ".weight", take(o + ours + ".weight"));
+        t.emplace_back(p + g + ".bias", c.mlp_bias ? take(o + ours + ".bias") : at::zeros({take(o + ours + ".weight").size(0)}, at::kFloat));
+      }
+      continue;
+    }
+    t.emplace_back(p + "attn_norm.weight", norm(o + "norm1.weight"));
+    const at::Tensor qkv = take(o + "attn.qkv.weight");  // ((H + 2G) hd, d): q | k | v
+    t.emplace_back(p + "attn_q.weight", pairing(qkv.narrow(0, 0, H * hd), H) * q_gain);
+    t.emplace_back(p + "attn_k.weight", pairing(qkv.narrow(0, H * hd, G * hd), G));
+    t.emplace_back(p + "attn_v.weight", qkv.narrow(0, (H + G) * hd, G * hd).contiguous());
+    if (c.attn_bias) {
+      const at::Tensor b = take(o + "attn.qkv.bias");
+      t.emplace_back(p + "attn_q.bias", pairing(b.narrow(0, 0, H * hd), H) * q_gain);
+      t.emplace_back(p + "attn_k.bias", pairing(b.narrow(0, H * hd, G * hd), G));
+      t.emplace_back(p + "attn_v.bias", b.narrow(0, (H + G) * hd, G * hd).contiguous());
+    }
+    t.emplace_back(p + "attn_output.weight", take(o + "attn.out.weight"));
+    if (c.attn_bias) t.emplace_back(p + "attn_output.bias", take(o + "attn.out.bias"));
+    if (c.qk_norm) {  // one (hd) weight per layer, its channels paired as q's and k's are
+      t.emplace_back(p + "attn_q_norm.weight", pairing(take(o + "attn.q_norm.weight"), 1));
+      t.emplace_back(p + "attn_k_norm.weight", pairing(take(o + "attn.k_norm.weight"), 1));
+    }
+    if (c.sandwich_norms) t.emplace_back(p + "post_attention_norm.weight", norm(o + "post_attn_norm.weight"));
+    t.emplace_back(p + "ffn_norm.weight", norm(o + "norm2.weight"));
+    for (const auto& [g, ours] : {std::pair{"ffn_gate", "gate"}, std::pair{"ffn_up", "up"}, std::pair{"ffn_down", "down"}}) {
+      t.emplace_back(p + g + ".weight", take(o + "mlp." + ours + ".weight"));
+      if (c.mlp_bias) t.emplace_back(p + g + ".bias", take(o + "mlp." + ours + ".bias"));
+    }
+    if (c.sandwich_norms) t.emplace_back(p + "post_ffw_norm.weight", norm(o + "post_mlp_norm.weight"));
+  }
+  auto u32 = [](std::string k, int64_t v) { return Kv{std::move(k), kU32, "", static_cast<uint64_t>(v), 0}; };
+  auto f32 = [](std::string k, double v) { return Kv{std::move(k), kF32, "", 0, static_cast<float>(v)}; };
+  const std::string a = arch + ".";
+  std::vector<Kv> kv = {
+      {"general.architecture", kString, arch},
+      {"general.name", kString, name},
+      u32("general.file_type", 0),  // all F32
+      u32("general.alignment", kAlignment),
+      u32(a + "context_length", c.context),
+      u32(a + "embedding_length", c.d_model),
+      u32(a + "block_count", c.n_layers),
+      u32(a + "feed_forward_length", c.ffn_dim()),
+      u32(a + "rope.dimension_count", r),
+      f32(a + "rope.freq_base", c.rope_theta),
+      u32(a + "attention.head_count", H),
+  };
+  if (arch == "gptneox") {
+    kv.push_back({a + "use_parallel_residual", kBool, "", c.parallel_residual ? 1u : 0u, 0});
+    kv.push_back(f32(a + "attention.layer_norm_epsilon", c.norm_eps));
+  } else {
+    kv.push_back(u32(a + "attention.head_count_kv", G));
+    kv.push_back(u32(a + "attention.key_length", hd));
+    kv.push_back(u32(a + "attention.value_length", hd));
+    kv.push_back(f32(a + "attention.layer_norm_rms_epsilon", c.norm_eps));
+    if (c.has_sliding()) kv.push_back(u32(a + "attention.sliding_window", c.sliding_window));
+    if (c.attn_softcap > 0) kv.push_back(f32(a + "attn_logit_softcapping", c.attn_softcap));
+    if (c.final_softcap > 0) kv.push_back(f32(a + "final_logit_softcapping", c.final_softcap));
+  }
+  const RopeScaling& s = c.rope_scaling;
+  if (s.kind == RopeScaling::Kind::Linear) {
+    kv.push_back({a + "rope.scaling.type", kString, "linear"});
+    kv.push_back(f32(a + "rope.scaling.factor", s.factor));
+  } else if (s.kind == RopeScaling::Kind::Yarn) {
+    kv.push_back({a + "rope.scaling.type", kString, "yarn"});
+    kv.push_back(f32(a + "rope.scaling.factor", s.factor));
+    kv.push_back(u32(a + "rope.scaling.original_context_length", s.original_context));
+    kv.push_back(f32(a + "rope.scaling.yarn_beta_fast", s.beta_fast));
+    kv.push_back(f32(a + "rope.scaling.yarn_beta_slow", s.beta_slow));
+  }
+  kv.push_back(u32(a + "vocab_size", c.vocab_size));
+  kv.push_back({"tokenizer.ggml.model", kString, "none"});  // ids pass straight through
+  write_file(path, kv, t);
 }
 
 GgufFile read_gguf(const std::string& path) {

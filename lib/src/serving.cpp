@@ -348,6 +348,18 @@ void RowBatch::shift(int64_t row, int64_t keep, int64_t discard) {
     const auto& [k, v] = kept[static_cast<size_t>(l)];
     if (k.size(2) > 0) s.cache->update(l, k.contiguous(), v.contiguous());  // every kept entry in one append
   }
+  if (const double gain = schedule_.shift_key_gain(cfg); gain != 1.0) {
+    for (auto& other : slots_) {  // every row's keys, the shifted one's included (its new ones above)
+      if (!other.cache || !other.cache->save_unsupported().empty()) continue;
+      std::vector<std::pair<at::Tensor, at::Tensor>> kv;
+      for (int64_t l = 0; l < cfg.n_layers; ++l) kv.push_back(other.cache->stored(l));
+      other.cache->reset();
+      for (int64_t l = 0; l < cfg.n_layers; ++l) {
+        const auto& [k, v] = kv[static_cast<size_t>(l)];
+        if (k.defined() && k.size(2) > 0) other.cache->update(l, (k * gain).contiguous(), v.contiguous());
+      }
+    }
+  }
   s.next = schedule_.shift_next(s.next, discard);
   s.peak = std::max(s.next, int64_t{0});
   s.tokens.erase(s.tokens.begin() + std::min<int64_t>(keep, static_cast<int64_t>(s.tokens.size())),

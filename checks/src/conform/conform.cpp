@@ -131,14 +131,16 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   if (m.hello.contains("formats") && m.hello["formats"].is_array())
     for (const auto& f : m.hello["formats"])
       if (f.is_string() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end()) listed.push_back(f.get<std::string>());
-  // A zoo member (SPEC 10) goes as a Hugging Face directory, whose config.json carries its knobs: the
-  // seed's formats would drop them. The seed's model goes in the first format the engine lists.
+  // A zoo member (SPEC 10) goes as a Hugging Face directory or a GGUF file, which carry its knobs (the
+  // GGUF's architecture is the llama.cpp graph that computes it); the other formats would drop them.
+  // Either model goes in the first such format the engine lists.
   const bool zoo = !cfg.is_seed_architecture();
   for (const auto& f : listed)
-    if (m.format.empty() && (!zoo || f == "hf")) m.format = f;
+    if (m.format.empty() && (!zoo || f == "hf" || f == "gguf")) m.format = f;
   if (m.format.empty() && zoo)
     throw std::invalid_argument("conform: the model sets " + cfg.zoo_knob() + " (a zoo member, SPEC 10), which goes to an engine as a "
-                                "Hugging Face directory; this engine's hello lists no \"hf\" format (" + engine_json(m.hello["formats"]) + ")");
+                                "Hugging Face directory or a GGUF file; this engine's hello lists neither \"hf\" nor \"gguf\" (" +
+                                engine_json(m.hello["formats"]) + ")");
   if (m.format.empty())
     throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx, hf): " + engine_json(m.hello));
   const std::string file = m.tmp.path + "/model." + m.format;
@@ -159,6 +161,13 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   }
   json load = m.proc->call(request);
   if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + engine_text(load["error"].get<std::string>()));
+  // An engine whose differences depend on the model (llama.cpp's GELU is in its gptneox and gemma2
+  // graphs, not in llama's) names them once it has loaded it: they replace hello's.
+  if (load.contains("deviations")) {
+    if (!load["deviations"].is_array()) throw EngineUnusable("engine: 'load' answered deviations that are not a list: " + engine_json(load));
+    m.hello["deviations"] = load["deviations"];
+    check_hello(m.hello);
+  }
   say("engine '" + m.name + "' loaded " + m.checkpoint + " as " + m.format);
 }
 

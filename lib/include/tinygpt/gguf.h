@@ -1,5 +1,5 @@
-// Our model as a GGUF file for llama.cpp's `gptneox` architecture (GGUF version 3, F32), and a
-// reader of what it wrote. GGUF is small and documented (ggml's docs/gguf.md): a header, typed
+// Our model as a GGUF file for llama.cpp (GGUF version 3, F32): the seed's model as its `gptneox`
+// architecture, zoo members (SPEC 10) as llama, qwen3, gemma2 or gptneox; and a reader of what it wrote. GGUF is small and documented (ggml's docs/gguf.md): a header, typed
 // key-value metadata, tensor infos, then aligned tensor data. Written here rather than through
 // ggml's gguf API so that exporting needs nothing beyond this library.
 //
@@ -23,7 +23,18 @@
 
 namespace tinygpt {
 
-// Writes `model` to `path` (atomically). Throws std::runtime_error naming the path.
+// The llama.cpp architecture whose graph computes `c`: gptneox for the seed's model (and a LayerNorm
+// model: Pythia's), gemma2 for Gemma 2's knobs, qwen3 for QK-norm, llama for the rest of Llama's family.
+// std::invalid_argument("GGUF export: llama.cpp's <arch> architecture cannot carry this model's <knob>")
+// for a model none of them computes. A sliding window on llama is written but not read by llama.cpp's
+// llama graph (docs/engines.md: a finding, left visible).
+std::string gguf_architecture(const Config& c);
+
+// Writes `model` to `path` (atomically) as gguf_architecture(config) lays it out: the q/k rows of
+// each head reordered where the architecture's RoPE pairs channels otherwise than the model (llama
+// turns adjacent pairs, the others halves), Gemma's norms stored as 1 + w, Gemma 2's
+// query_pre_attn_scalar folded into q's rows (llama.cpp scales by head_dim^-0.5), llama3 scaling as a
+// rope_freqs tensor. Throws std::invalid_argument (above) or std::runtime_error naming the path.
 void write_gguf(const std::string& path, GPT& model, const std::string& name = "tinygpt");
 
 // q/k row permutation of one (3d, d) qkv weight (or (3d) bias), and its inverse: (3d, ...) -> (3d, ...).

@@ -70,6 +70,9 @@ class ServingSchedule {
   virtual int64_t shifted_token(int64_t id) const;
   // Whether a context shift re-rotates kept keys with the model's RoPE scaling (SPEC 10). Production: yes.
   virtual bool shift_uses_rope_scaling() const { return true; }
+  // What a context shift multiplies every key in the batch by, of every row and every layer, moved or
+  // not (llama.cpp's K-shift rotates each cell by its own delta, 0 included). Production: 1.
+  virtual double shift_key_gain(const Config&) const { return 1.0; }
 };
 const ServingSchedule& production_serving();
 
