@@ -4,6 +4,8 @@
 # reports. Long (minutes per cell): never part of the test command.
 #   ci/engine-table.sh [--setup NAME]... [--member NAME]... [--no-table] [OUT_DIR]   (default build/engine-table)
 #   ci/engine-table.sh --list                     the set-ups, one per line (a CI matrix reads them)
+#   ci/engine-table.sh --seed [OUT_DIR]           the seed's engine x row table instead (every adapter on
+#                                                 the shipped fixture: ci/seed-engine-table.sh)
 # --setup / --member pick cells (default: every set-up, every member); --no-table only writes the cells'
 # reports (a CI matrix job runs one cell, a merge step runs ci/engine_table.py over all of them).
 # Set-ups (after ci/engines.sh; one that is not there is skipped, saying so):
@@ -20,6 +22,7 @@ all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama transformers-dyn
 setups="" members="" table=1 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --seed) shift; exec bash "$root/ci/seed-engine-table.sh" "$@" ;;
     --list) for s in $all_setups; do echo "$s"; done; exit 0 ;;
     --setup) setups="$setups $2"; shift 2 ;;
     --member) members="$members $2"; shift 2 ;;
@@ -55,7 +58,9 @@ for s in $setups; do
     start=$(date +%s)
     "$tinygpt" conform --engine "$engine" --model "zoo:$m" --tokens 300 --threads 1 \
       --checks all --json "$out/$s.$m.json" > "$out/$s.$m.log" 2>&1 || true
-    echo "$s $m $(( $(date +%s) - start )) s" | tee -a "$out/times.txt"
+    secs=$(( $(date +%s) - start ))
+    echo "$secs" > "$out/$s.$m.time"  # one file a cell: a CI matrix's artifacts merge without clashing
+    echo "engine-table: $s $m $secs s" >&2
   done
 done
 if [ "$table" = 1 ]; then

@@ -12,9 +12,9 @@ import sys
 def main():
     d = sys.argv[1]
     cols, rows, cells, notes, times = [], [], {}, [], {}
-    for line in open(os.path.join(d, "times.txt")) if os.path.exists(os.path.join(d, "times.txt")) else []:
-        e, m, s, _ = line.split()
-        times[(e, m)] = int(s)
+    for path in glob.glob(os.path.join(d, "*.time")):  # ci/engine-table.sh writes SETUP.MEMBER.time
+        e, m = os.path.basename(path)[:-5].rsplit(".", 1)
+        times[(e, m)] = int(open(path).read().split()[0])
     for log in sorted(glob.glob(os.path.join(d, "*.log"))):
         engine, member = os.path.basename(log)[:-4].rsplit(".", 1)
         col = "%s %s" % (engine, member)
@@ -40,6 +40,8 @@ def main():
     for r in rows:
         print("| `%s` | " % r + " | ".join(cells.get((r, c), "refused" if not any(k[1] == c for k in cells) else "-") for c in cols) + " |")
     print("| wall time | " + " | ".join("%s s" % times.get(tuple(c.split(" ")), "?") for c in cols) + " |")
+    if times:
+        print("\nwhole table: %d cells, %d s one after another" % (len(times), sum(times.values())))
     for n in notes:
         print("\n" + n)
 

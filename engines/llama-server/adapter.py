@@ -49,7 +49,8 @@ KNOWN_FAULTS = {"probs-one-step-late", "shift-unreported"}
 
 
 def with_vocabulary(src, dst):
-    """Our GGUF again, with a byte-level gpt2 vocabulary of the model's size (the server needs one to print)."""
+    """Our GGUF again, with a gpt2 vocabulary of the model's size (the server needs one to print); returns the
+    file's llama.cpp architecture."""
     import gguf
     r = gguf.GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
@@ -67,7 +68,9 @@ def with_vocabulary(src, dst):
             names[b], extra = chr(256 + extra), extra + 1
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("default")
-    w.add_token_list([names[i] for i in range(256)] + ["<%d>" % i for i in range(256, vocab)])
+    # Ids 128-255 are named as text too: a byte of its own there is half a UTF-8 character, which the server
+    # holds back from the stream until the character completes - for ever, when the next id is another.
+    w.add_token_list([names[i] for i in range(128)] + ["<%d>" % i for i in range(128, vocab)])
     w.add_token_types([gguf.TokenType.NORMAL] * vocab)
     w.add_token_merges([names[0] + " " + names[1]])  # the loader wants a merge list; none is ever applied
     w.add_bos_token_id(0)
@@ -78,6 +81,7 @@ def with_vocabulary(src, dst):
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
+    return arch
     w.close()
 
 
@@ -95,7 +99,7 @@ class Server:
         self.stop()
         self.dir = tempfile.mkdtemp(prefix="tinygpt-llama-server-")
         model = os.path.join(self.dir, "model.gguf")
-        with_vocabulary(checkpoint, model)
+        arch = with_vocabulary(checkpoint, model)
         self.context, self.port = context, free_port()
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         # F32 K and V and flash attention off (llama.cpp's exact settings for our model, docs/engines.md); one
@@ -113,7 +117,7 @@ class Server:
                 raise RuntimeError("llama-server exited with %d: %s" % (self.proc.returncode, self.tail()))
             try:
                 if urllib.request.urlopen("http://127.0.0.1:%d/health" % self.port, timeout=2).status == 200:
-                    return
+                    return arch
             except Exception:
                 time.sleep(0.1)
         raise RuntimeError("llama-server did not become healthy in 60 s: " + self.tail())
@@ -135,7 +139,7 @@ class Server:
                 self.proc.wait()
             self.proc = None
         if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
+            shutil.rmtree(self.dir, ignore_errors=True) if not os.environ.get("TINYGPT_KEEP_SERVER_DIR") else None
             self.dir = None
 
     def erase_slots(self):
@@ -273,8 +277,9 @@ def main():
         if op == "load":
             if req.get("format") != "gguf":
                 raise ValueError("llama-server loads format gguf only")
-            server.start(req["checkpoint"], int(req["config"]["context"]))
-            return {"ok": True}
+            arch = server.start(req["checkpoint"], int(req["config"]["context"]))
+            # llama.cpp's GELU (ggml_gelu) is in its gptneox and gemma2 graphs only: the deviations of this model
+            return {"ok": True, "deviations": (["gelu-tanh"] if arch in ("gptneox", "gemma2") else []) + ["rope-angle-recurrence"]}
         if op == "reset":
             server.erase_slots()
             return {"ok": True}

@@ -25,7 +25,8 @@ attention, fp32, prefix sharing on or off by --prefix-sharing, --block-size, --n
 budget, --max-batch-tokens, that splits long prompts), with the scores of every step captured.
 Planted faults for the tests, TINYGPT_ENGINE_FAULT=...: `window-256` (a sliding window of context keys,
 one too few), `positions-restart` (each step's position_ids from the row's cache length modulo the window),
-`results-by-finish-order` (generate's answers matched to requests in the order they came back).
+`results-by-finish-order` (generate's answers matched to requests in the order they came back),
+`sliding-cache-at-global-window` (a zoo member's sliding layers given the global window: context + 1 keys).
 """
 import argparse
 import base64
@@ -90,6 +91,10 @@ class Engine:
                 raise ValueError("--cache sliding cannot give %s's full layers SPEC 4's window beside its sliding ones "
                                  "(transformers builds their mask from the first full layer's cache); run --cache dynamic"
                                  % type(model).__name__)
+            if "sliding-cache-at-global-window" in FAULTS and getattr(self.config, "sliding_window", None):
+                # planted: the sliding layers' window set to the global one (their cache and mask both trimmed at
+                # the context, as a full layer's): the model attends past its window of w
+                self.config.sliding_window = self.context + 1
             self.model = model
             self.reset()
             return
