@@ -13,12 +13,13 @@
 #   llama.cpp-0.7            Debian forky's llama.cpp 0.7.0, the same adapter, in the forky chroot (root)
 #   llama-server-0.7         forky's llama-server 0.7.0, the requests it schedules itself (served), in the chroot
 #   wllama                   wllama 2.4.0 (llama.cpp in WebAssembly) on Node 24, one sequence (GGUF)
+#   onnxruntime              onnxruntime-node 1.30.0 on the graph export_onnx.py writes of the member
 #   transformers-dynamic     transformers 5.12's own classes and hybrid cache (declares no-window)
 #   transformers-sliding     the same with SPEC 4's window on the full layers
 # A member an engine cannot load is a cell "refused" with its one-line reason.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama transformers-dynamic transformers-sliding"
+all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama onnxruntime transformers-dynamic transformers-sliding"
 setups="" members="" table=1 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,6 +43,8 @@ engine_of() {
     llama.cpp-0.7) [ -x "$root/.engines/llama.cpp-0.7/adapter" ] && echo "$root/engines/forky/run.sh /suite/.engines/llama.cpp-0.7/adapter" ;;
     llama-server-0.7) [ -d "$root/.engines/forky-root/usr/lib/python3/dist-packages/gguf" ] && echo "$root/engines/llama-server/run.sh" ;;
     wllama) [ -x "$root/.engines/wllama/node/bin/node" ] && echo "$root/engines/wllama/run.sh" ;;
+    onnxruntime) [ -d "$root/.engines/onnxruntime/node_modules" ] &&
+      echo "TINYGPT_ORT_MODULES=$root/.engines/onnxruntime/node_modules /usr/bin/node $root/engines/onnxruntime/adapter.mjs" ;;
     transformers-dynamic) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache dynamic" ;;
     transformers-sliding) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache sliding" ;;
     *) echo "engine-table: no set-up '$1' (--list names them)" >&2; exit 2 ;;

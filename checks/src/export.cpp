@@ -2,6 +2,8 @@
 #include "tinygpt/checks/export.h"
 
 #include <stdlib.h>
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "tinygpt/checks/data.h"
 #include "tinygpt/gguf.h"
 #include "tinygpt/hf_checkpoint.h"
+#include "tinygpt/rope_scaling.h"
 #include "tinygpt/safetensors.h"
 
 namespace tinygpt::checks {
@@ -20,7 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A shell word: single-quoted, with embedded quotes escaped.
-std::string quoted(const std::string& s) {
+std::string shell_quoted(const std::string& s) {
   std::string o = "'";
   for (char c : s) o += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return o + "'";
@@ -47,7 +50,7 @@ void export_model(const Checkpoint& ck, GPT& model, const std::string& format, c
   // Debian's python3-torch lives with /usr/bin/python3; TINYGPT_PYTHON names another interpreter.
   const char* env = std::getenv("TINYGPT_PYTHON");
   const std::string python = env && *env ? env : (fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3");
-  if (run(quoted(python) + " -c 'import torch' >/dev/null 2>&1") != 0)
+  if (run(shell_quoted(python) + " -c 'import torch' >/dev/null 2>&1") != 0)
     throw std::runtime_error("export --format onnx needs PyTorch for Python (Debian: apt-get install python3-torch); " + python +
                              " cannot import torch (TINYGPT_PYTHON names another interpreter)");
   const std::string script = engines_dir() + "/onnxruntime/export_onnx.py";
@@ -60,9 +63,20 @@ void export_model(const Checkpoint& ck, GPT& model, const std::string& format, c
       fs::remove_all(dir, ec);
     }
   } remove{tmpl};
-  const std::string pt = tmpl + "/model.pt";
-  write_torch_checkpoint(pt, ck);
-  const int rc = run(quoted(python) + " " + quoted(script) + " " + quoted(pt) + " " + quoted(out) + " >&2");
+  std::string in = tmpl + "/model.pt";
+  if (ck.config.is_seed_architecture()) {
+    write_torch_checkpoint(in, ck);
+  } else {
+    // A zoo member has no .pt form: our .safetensors, with the RoPE the graph turns by (SPEC 10's
+    // frequencies and attention factor, as this library computes them) in its metadata.
+    in = tmpl + "/model.safetensors";
+    const RopeSpec spec = rope_spec(ck.config);
+    const at::Tensor f = rope_inv_frequencies(spec).contiguous();
+    const std::vector<float> freqs(f.data_ptr<float>(), f.data_ptr<float>() + f.numel());
+    write_safetensors_checkpoint(in, ck, {{"rope_inv_freq", nlohmann::json(freqs).dump()},
+                                          {"rope_attention_factor", nlohmann::json(rope_attention_factor(spec)).dump()}});
+  }
+  const int rc = run(shell_quoted(python) + " " + shell_quoted(script) + " " + shell_quoted(in) + " " + shell_quoted(out) + " >&2");
   if (rc != 0) throw std::runtime_error("export --format onnx: " + script + " exited with status " + std::to_string(rc));
 }
 

@@ -19,14 +19,15 @@ const require = createRequire(path.join(process.env.TINYGPT_ORT_MODULES || path.
 const ort = require("onnxruntime-node");
 
 const FAULT = process.env.TINYGPT_ENGINE_FAULT || "";
-if (!["", "positions-restart", "never-trimmed"].includes(FAULT)) {
+// final-softcap-dropped is planted in the export (export_onnx.py reads the same variable), not here.
+if (!["", "positions-restart", "never-trimmed", "final-softcap-dropped"].includes(FAULT)) {
   console.error(`adapter.mjs: unknown TINYGPT_ENGINE_FAULT ${FAULT}`);
   process.exit(2);
 }
 
 let session = null;
 let cfg = null;      // {layers, heads, headDim, context, vocab}
-let past = null;     // per layer [k, v] ort.Tensor (B, H, S, hd)
+let past = null;     // per layer [k, v] ort.Tensor (B, G, S, hd): G the KV heads
 let pos = 0;         // tokens fed so far: the next position (never wrapped)
 
 const f32 = (data, dims) => new ort.Tensor("float32", data, dims);
@@ -68,7 +69,9 @@ async function handle(req) {
       session = await ort.InferenceSession.create(req.checkpoint, { intraOpNumThreads: 1, interOpNumThreads: 1 });
       const k = session.inputNames.filter((n) => n.startsWith("past_k_")).length;
       const meta = req.config || {};
-      cfg = { layers: k, heads: meta.n_heads || 4, headDim: (meta.d_model || 256) / (meta.n_heads || 4),
+      // The cache's shape: KV heads and head size (a zoo member's differ from n_heads and d / n_heads).
+      const heads = meta.n_heads || 4;
+      cfg = { layers: k, heads: meta.n_kv_heads || heads, headDim: meta.head_dim || (meta.d_model || 256) / heads,
               context: meta.context || 256 };
       past = null;
       pos = 0;

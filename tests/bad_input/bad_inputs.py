@@ -201,9 +201,9 @@ def cases(d, fixture_dir):
          "'self' is not a row verify runs", p("verify.json")),
         ("conform engine that is not there", ["conform", "--engine", "/nonexistent/engine"], "hello", None),
         ("seed's fixture exported as a Hugging Face directory", ["export", "--format", "hf", nowhere + "/hf"], "rope_pairing", nowhere + "/hf"),
-        ("zoo member for an engine without the hf or gguf format",
+        ("zoo member for an engine without the hf, gguf or onnx format",
          ["conform", "--engine", "/usr/bin/python3 " + os.path.join(HERE, "..", "..", "engines", "reference", "python_reference.py"), "--model", "zoo:llama",
-          "--checks", "tokens"], "nor \"gguf\"", None),
+          "--checks", "tokens"], "none of \"hf\", \"gguf\", \"onnx\"", None),
     ]
 
 

@@ -131,15 +131,16 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   if (m.hello.contains("formats") && m.hello["formats"].is_array())
     for (const auto& f : m.hello["formats"])
       if (f.is_string() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end()) listed.push_back(f.get<std::string>());
-  // A zoo member (SPEC 10) goes as a Hugging Face directory or a GGUF file, which carry its knobs (the
-  // GGUF's architecture is the llama.cpp graph that computes it); the other formats would drop them.
+  // A zoo member (SPEC 10) goes as a Hugging Face directory, a GGUF file or an ONNX graph, which carry its
+  // knobs (the GGUF's architecture is the llama.cpp graph that computes it; the ONNX graph is written
+  // from its config); the series' formats would drop them.
   // Either model goes in the first such format the engine lists.
   const bool zoo = !cfg.is_seed_architecture();
   for (const auto& f : listed)
-    if (m.format.empty() && (!zoo || f == "hf" || f == "gguf")) m.format = f;
+    if (m.format.empty() && (!zoo || f == "hf" || f == "gguf" || f == "onnx")) m.format = f;
   if (m.format.empty() && zoo)
     throw std::invalid_argument("conform: the model sets " + cfg.zoo_knob() + " (a zoo member, SPEC 10), which goes to an engine as a "
-                                "Hugging Face directory or a GGUF file; this engine's hello lists neither \"hf\" nor \"gguf\" (" +
+                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of \"hf\", \"gguf\", \"onnx\" (" +
                                 engine_json(m.hello["formats"]) + ")");
   if (m.format.empty())
     throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx, hf): " + engine_json(m.hello));
@@ -147,7 +148,8 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   say("writing the model as " + m.format);
   export_model(m.ck, m.model, m.format, file);
   const json config = {{"vocab_size", cfg.vocab_size}, {"d_model", cfg.d_model}, {"n_heads", cfg.n_heads},
-                       {"n_layers", cfg.n_layers}, {"context", cfg.context}};
+                       {"n_layers", cfg.n_layers}, {"context", cfg.context},
+                       {"n_kv_heads", cfg.kv_heads()}, {"head_dim", cfg.head_dim()}};  // the cache's shape
   json request = {{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}};
   if (!kv_type.empty()) {
     // Each of K and V ("K/V") must be a type the engine lists.
