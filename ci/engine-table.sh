@@ -16,10 +16,11 @@
 #   onnxruntime              onnxruntime-node 1.30.0 on the graph export_onnx.py writes of the member
 #   transformers-dynamic     transformers 5.12's own classes and hybrid cache (declares no-window)
 #   transformers-sliding     the same with SPEC 4's window on the full layers
+#   transformers-static      its StaticCache (1,024 positions, its sliding layers as it builds them; declares no-window)
 # A member an engine cannot load is a cell "refused" with its one-line reason.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama onnxruntime transformers-dynamic transformers-sliding"
+all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama onnxruntime transformers-dynamic transformers-sliding transformers-static"
 setups="" members="" table=1 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,6 +48,7 @@ engine_of() {
       echo "TINYGPT_ORT_MODULES=$root/.engines/onnxruntime/node_modules /usr/bin/node $root/engines/onnxruntime/adapter.mjs" ;;
     transformers-dynamic) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache dynamic" ;;
     transformers-sliding) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache sliding" ;;
+    transformers-static) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache static" ;;
     *) echo "engine-table: no set-up '$1' (--list names them)" >&2; exit 2 ;;
   esac
 }

@@ -36,7 +36,8 @@ Command add_export(CLI::App& app) {
       "Write the model in a format an engine loads: gguf (F32, for llama.cpp: the seed's model as its gptneox\n"
       "architecture, a zoo member as llama, qwen3, gemma2 or gptneox, the q/k rows reordered to the pairing its\n"
       "RoPE turns; a knob no architecture carries is refused by name; written here in C++), onnx (one graph for prefill and\n"
-      "decode: ids, start, past K/V in, last logits and present K/V out; through python3-torch), pt or\n"
+      "decode: ids, start, past K/V in, last logits and present K/V out; a zoo member's knobs in the graph; through\n"
+      "python3-torch), pt or\n"
       "safetensors, or hf: a zoo member (--checkpoint golden/zoo/NAME/model.safetensors) as a Hugging Face\n"
       "directory transformers loads as its own class (config.json + model.safetensors; a knob the class cannot\n"
       "carry is refused by name). Defaults to the shipped fixture. Writes atomically.");
