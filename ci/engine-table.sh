@@ -14,13 +14,16 @@
 #   llama-server-0.7         forky's llama-server 0.7.0, the requests it schedules itself (served), in the chroot
 #   wllama                   wllama 2.4.0 (llama.cpp in WebAssembly) on Node 24, one sequence (GGUF)
 #   onnxruntime              onnxruntime-node 1.30.0 on the graph export_onnx.py writes of the member
+#   transformers.js          transformers.js 4.3.1 on the same graph under the member's own model_type, with
+#                            the positions it derives from the attention mask (as its users get them)
+#   transformers.js-positions the same with positions from the adapter
 #   transformers-dynamic     transformers 5.12's own classes and hybrid cache (declares no-window)
 #   transformers-sliding     the same with SPEC 4's window on the full layers
 #   transformers-static      its StaticCache (1,024 positions, its sliding layers as it builds them; declares no-window)
 # A member an engine cannot load is a cell "refused" with its one-line reason.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
-all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama onnxruntime transformers-dynamic transformers-sliding transformers-static"
+all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama onnxruntime transformers.js transformers.js-positions transformers-dynamic transformers-sliding transformers-static"
 setups="" members="" table=1 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -46,6 +49,9 @@ engine_of() {
     wllama) [ -x "$root/.engines/wllama/node/bin/node" ] && echo "$root/engines/wllama/run.sh" ;;
     onnxruntime) [ -d "$root/.engines/onnxruntime/node_modules" ] &&
       echo "TINYGPT_ORT_MODULES=$root/.engines/onnxruntime/node_modules /usr/bin/node $root/engines/onnxruntime/adapter.mjs" ;;
+    transformers.js) [ -d "$root/.engines/transformers.js/node_modules" ] && echo "/usr/bin/node $root/engines/transformers.js/adapter.mjs" ;;
+    transformers.js-positions) [ -d "$root/.engines/transformers.js/node_modules" ] &&
+      echo "TINYGPT_TJS_POSITIONS=adapter /usr/bin/node $root/engines/transformers.js/adapter.mjs" ;;
     transformers-dynamic) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache dynamic" ;;
     transformers-sliding) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache sliding" ;;
     transformers-static) [ -d "$root/.engines/forky-root" ] && echo "$root/engines/transformers/run.sh --cache static" ;;

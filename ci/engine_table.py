@@ -10,7 +10,7 @@ import json
 import os
 import sys
 
-ORDER = ["llama.cpp-0.4", "llama.cpp-0.7", "llama-server-0.7", "wllama", "onnxruntime", "transformers-dynamic", "transformers-sliding", "transformers-static"]
+ORDER = ["llama.cpp-0.4", "llama.cpp-0.7", "llama-server-0.7", "wllama", "onnxruntime", "transformers.js", "transformers.js-positions", "transformers-dynamic", "transformers-sliding", "transformers-static"]
 
 
 def main():

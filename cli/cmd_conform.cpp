@@ -45,7 +45,7 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--model", *zoo,
                   "a zoo member instead: zoo:NAME (docs/SPEC.md section 10), sent in the first of the formats that carry its\n"
                   "knobs the engine's hello lists: hf (a Hugging Face directory), gguf (the llama.cpp architecture that\n"
-                  "computes it) or onnx (a graph of its config); pt and safetensors cannot carry them")
+                  "computes it), onnx (a graph of its config) or transformers-js; pt and safetensors cannot carry them")
       ->excludes("--checkpoint");
   cmd->add_option("--tokens", c.tokens, "greedy tokens of the main run (past the window when > context - 3)")
       ->capture_default_str()->check(kPositive);

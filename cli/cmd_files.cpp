@@ -40,8 +40,9 @@ Command add_export(CLI::App& app) {
       "python3-torch), pt or\n"
       "safetensors, or hf: a zoo member (--checkpoint golden/zoo/NAME/model.safetensors) as a Hugging Face\n"
       "directory transformers loads as its own class (config.json + model.safetensors; a knob the class cannot\n"
-      "carry is refused by name). Defaults to the shipped fixture. Writes atomically.");
-  cmd->add_option("--format", o->format, "gguf, onnx, pt, safetensors or hf")->required()
+      "carry is refused by name), or transformers-js: the onnx graph in the folder transformers.js loads. Defaults\n"
+      "to the shipped fixture. Writes atomically.");
+  cmd->add_option("--format", o->format, "gguf, onnx, pt, safetensors, hf or transformers-js")->required()
       ->check(CLI::IsMember(checks::export_formats()));
   cmd->add_option("OUT", o->out, "output file")->required();
   cmd->add_option("--checkpoint", o->checkpoint, "model to export (.pt, .safetensors, or a Hugging Face directory; default: the shipped fixture)")

@@ -37,7 +37,7 @@ int run(const std::string& cmd) {
 }  // namespace
 
 const std::vector<std::string>& export_formats() {
-  static const std::vector<std::string> f = {"pt", "safetensors", "gguf", "onnx", "hf"};
+  static const std::vector<std::string> f = {"pt", "safetensors", "gguf", "onnx", "hf", "transformers-js"};
   return f;
 }
 
@@ -46,12 +46,13 @@ void export_model(const Checkpoint& ck, GPT& model, const std::string& format, c
   if (format == "safetensors") return write_safetensors_checkpoint(out, ck);
   if (format == "gguf") return write_gguf(out, model);
   if (format == "hf") return write_hf_checkpoint(out, ck);
-  if (format != "onnx") throw std::invalid_argument("unknown export format '" + format + "' (pt, safetensors, gguf, onnx, hf)");
+  if (format != "onnx" && format != "transformers-js")
+    throw std::invalid_argument("unknown export format '" + format + "' (pt, safetensors, gguf, onnx, hf, transformers-js)");
   // Debian's python3-torch lives with /usr/bin/python3; TINYGPT_PYTHON names another interpreter.
   const char* env = std::getenv("TINYGPT_PYTHON");
   const std::string python = env && *env ? env : (fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3");
   if (run(shell_quoted(python) + " -c 'import torch' >/dev/null 2>&1") != 0)
-    throw std::runtime_error("export --format onnx needs PyTorch for Python (Debian: apt-get install python3-torch); " + python +
+    throw std::runtime_error("export --format " + format + " needs PyTorch for Python (Debian: apt-get install python3-torch); " + python +
                              " cannot import torch (TINYGPT_PYTHON names another interpreter)");
   const std::string script = engines_dir() + "/onnxruntime/export_onnx.py";
   std::string tmpl = (fs::temp_directory_path() / "tinygpt-export-XXXXXX").string();
@@ -76,8 +77,10 @@ void export_model(const Checkpoint& ck, GPT& model, const std::string& format, c
     write_safetensors_checkpoint(in, ck, {{"rope_inv_freq", nlohmann::json(freqs).dump()},
                                           {"rope_attention_factor", nlohmann::json(rope_attention_factor(spec)).dump()}});
   }
-  const int rc = run(shell_quoted(python) + " " + shell_quoted(script) + " " + shell_quoted(in) + " " + shell_quoted(out) + " >&2");
-  if (rc != 0) throw std::runtime_error("export --format onnx: " + script + " exited with status " + std::to_string(rc));
+  // transformers-js: a folder laid out as transformers.js loads a causal LM (config.json, onnx/model.onnx).
+  const std::string flag = format == "transformers-js" ? " --transformers-js" : "";
+  const int rc = run(shell_quoted(python) + " " + shell_quoted(script) + flag + " " + shell_quoted(in) + " " + shell_quoted(out) + " >&2");
+  if (rc != 0) throw std::runtime_error("export --format " + format + ": " + script + " exited with status " + std::to_string(rc));
 }
 
 }  // namespace tinygpt::checks

@@ -153,12 +153,16 @@ class ZooStep(nn.Module):
             return nn.functional.silu(x)
         return nn.functional.gelu(x, approximate="tanh" if a == "gelu_tanh" else "none")
 
-    def rope(self, x, start):
-        """x (B, heads, T, hd): the first `rotated` channels turned, in pairs of halves or adjacent."""
+    def rope(self, x, start=None, positions=None):
+        """x (B, heads, T, hd): the first `rotated` channels turned, in pairs of halves or adjacent, at
+        positions start .. start + T - 1, or at positions (B, T)."""
         T, hd = x.shape[-2], x.shape[-1]
         r = 2 * self.inv_freq.shape[0]
-        pos = (start + torch.arange(T, dtype=torch.int64)).to(torch.float32)
-        ang = pos[:, None] * self.inv_freq[None, :]  # (T, r/2)
+        if positions is None:
+            pos = (start + torch.arange(T, dtype=torch.int64)).to(torch.float32)
+            ang = pos[:, None] * self.inv_freq[None, :]  # (T, r/2)
+        else:
+            ang = positions.to(torch.float32)[:, None, :, None] * self.inv_freq  # (B, 1, T, r/2)
         cos, sin = ang.cos() * self.af, ang.sin() * self.af
         xr, rest = x[..., :r], x[..., r:]
         if self.c.get("rope_pairing", "adjacent") == "halves":
@@ -170,6 +174,9 @@ class ZooStep(nn.Module):
         return torch.cat([y, rest], dim=-1) if r < hd else y
 
     def forward(self, ids, start, *past):
+        return self.run(ids, past, start=start)
+
+    def run(self, ids, past, start=None, positions=None, all_logits=False):
         c = self.c
         d, H, L = c["d_model"], c["n_heads"], c["n_layers"]
         G = c.get("n_kv_heads") or H
@@ -194,7 +201,7 @@ class ZooStep(nn.Module):
             v = v.reshape(B, T, G, hd).transpose(1, 2)
             if c.get("qk_norm"):
                 q, k = self.norm(q, pre + "attn.q_norm"), self.norm(k, pre + "attn.k_norm")
-            q, k = self.rope(q, start), self.rope(k, start)
+            q, k = self.rope(q, start, positions), self.rope(k, start, positions)
             K = torch.cat([past[2 * l], k], dim=2)
             V = torch.cat([past[2 * l + 1], v], dim=2)
             presents += [K, V]
@@ -226,12 +233,35 @@ class ZooStep(nn.Module):
             if c.get("sandwich_norms"):
                 m = self.norm(m, pre + "post_mlp_norm")
             x = (x + y + m) if c.get("parallel_residual") else (mlp_in + m)
-        x = self.norm(x[:, -1], "norm")
+        x = self.norm(x if all_logits else x[:, -1], "norm")
         head = self.p("head.weight") if self.has("head.weight") else self.p("emb.weight")
         logits = x @ head.t()
         if c.get("final_softcap") and "final-softcap-dropped" not in os.environ.get("TINYGPT_ENGINE_FAULT", ""):
             logits = torch.tanh(logits / c["final_softcap"]) * c["final_softcap"]
         return (logits, *presents)
+
+
+class HfZooStep(ZooStep):
+    """The same member under the Hugging Face names transformers.js reads, positions per token, logits at
+    every position."""
+
+    def forward(self, input_ids, position_ids, *past):
+        return self.run(input_ids, past, positions=position_ids, all_logits=True)
+
+
+# The model_type transformers.js reads a member's cache shape by (num_key_value_heads, head_dim), as
+# docs/zoo.md maps members to classes.
+def hf_model_type(cfg):
+    if cfg.get("norm") == "rmsnorm_plus_one":
+        return "gemma2", "Gemma2ForCausalLM"
+    if cfg.get("norm", "layernorm") == "layernorm":
+        return "gpt_neox", "GPTNeoXForCausalLM"
+    if cfg.get("qk_norm"):
+        return "qwen3", "Qwen3ForCausalLM"
+    types = cfg.get("layer_types") or []
+    if types and all(t == "sliding" for t in types):
+        return "mistral", "MistralForCausalLM"
+    return "llama", "LlamaForCausalLM"
 
 
 def export_zoo(src, out):
@@ -264,13 +294,22 @@ def export_step(step, example, L, out, what):
 
 
 def export_transformers_js(src, out):
-    ck = torch.load(src, map_location="cpu")
-    cfg, sd = ck["config"], ck["model"]
-    step = HfStep(sd, cfg).eval()
-    L, H, hd = cfg["n_layers"], cfg["n_heads"], cfg["d_model"] // cfg["n_heads"]
+    if src.endswith(".safetensors"):  # a zoo member: its own class's model_type, its KV heads and head size
+        sd, meta = read_safetensors(src)
+        cfg = json.loads(meta["config"])
+        step = HfZooStep(sd, cfg, json.loads(meta["rope_inv_freq"]), float(meta["rope_attention_factor"])).eval()
+        L, H = cfg["n_layers"], cfg["n_heads"]
+        G, hd = cfg.get("n_kv_heads") or H, cfg.get("head_size") or cfg["d_model"] // H
+        model_type, cls = hf_model_type(cfg)
+    else:
+        ck = torch.load(src, map_location="cpu")
+        cfg, sd = ck["config"], ck["model"]
+        step = HfStep(sd, cfg).eval()
+        L, H, hd = cfg["n_layers"], cfg["n_heads"], cfg["d_model"] // cfg["n_heads"]
+        G, model_type, cls = H, "gpt_neox", "GPTNeoXForCausalLM"
     ids = torch.tensor([[1, 2, 3]], dtype=torch.int64)
     positions = torch.tensor([[2, 3, 4]], dtype=torch.int64)
-    past = [torch.zeros(1, H, 2, hd) for _ in range(2 * L)]
+    past = [torch.zeros(1, G, 2, hd) for _ in range(2 * L)]
     names_past = [n for l in range(L) for n in ("past_key_values.%d.key" % l, "past_key_values.%d.value" % l)]
     names_present = [n for l in range(L) for n in ("present.%d.key" % l, "present.%d.value" % l)]
     # transformers.js sizes an empty cache from these names: batch_size is the batch, the rest 0.
@@ -286,9 +325,11 @@ def export_transformers_js(src, out):
         torch.onnx.export(step, (ids, positions, *past), os.path.join(tmp, "onnx", "model.onnx"),
                           input_names=["input_ids", "position_ids"] + names_past,
                           output_names=["logits"] + names_present, dynamic_axes=axes, opset_version=17)
-    config = {"model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"], "vocab_size": cfg["vocab_size"],
+    config = {"model_type": model_type, "architectures": [cls], "vocab_size": cfg["vocab_size"],
               "hidden_size": cfg["d_model"], "num_attention_heads": H, "num_hidden_layers": L,
               "max_position_embeddings": cfg["context"], "use_cache": True}
+    if model_type != "gpt_neox":
+        config.update({"num_key_value_heads": G, "head_dim": hd})
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     if os.path.exists(out):

@@ -81,20 +81,25 @@ async function handle(req) {
   switch (req.op) {
     case "hello":
       return { ok: true, name: `transformers.js ${VERSION} (positions from the ${POSITIONS === "library" ? "library, as its users get them" : "adapter"})`,
-               formats: ["pt"], sampler: false };
+               formats: ["pt", "transformers-js"], sampler: false };
     case "load": {
-      if (req.format !== "pt") throw new Error("this adapter loads format pt only (it converts it for transformers.js)");
+      if (req.format !== "pt" && req.format !== "transformers-js")
+        throw new Error("this adapter loads formats pt (it converts it for transformers.js) and transformers-js only");
       cleanup();
-      work = fs.mkdtempSync(path.join(os.tmpdir(), "tinygpt-tjs-"));
-      try {
-        execFileSync(PYTHON, [path.join(here, "..", "onnxruntime", "export_onnx.py"), "--transformers-js", req.checkpoint, path.join(work, "model")],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-      } catch (e) {
-        throw new Error(`converting the checkpoint failed: ${String(e.stderr || e.message).trim().split("\n").pop()}`);
+      let folder = req.checkpoint;  // transformers-js: the folder tinygpt wrote (a zoo member: its own model_type)
+      if (req.format === "pt") {
+        work = fs.mkdtempSync(path.join(os.tmpdir(), "tinygpt-tjs-"));
+        folder = path.join(work, "model");
+        try {
+          execFileSync(PYTHON, [path.join(here, "..", "onnxruntime", "export_onnx.py"), "--transformers-js", req.checkpoint, folder],
+                       { stdio: ["ignore", "ignore", "pipe"] });
+        } catch (e) {
+          throw new Error(`converting the checkpoint failed: ${String(e.stderr || e.message).trim().split("\n").pop()}`);
+        }
       }
       env.allowRemoteModels = false;
-      env.localModelPath = work;
-      model = await AutoModelForCausalLM.from_pretrained("model", { local_files_only: true, dtype: "fp32", device: "cpu",
+      env.localModelPath = path.dirname(folder);
+      model = await AutoModelForCausalLM.from_pretrained(path.basename(folder), { local_files_only: true, dtype: "fp32", device: "cpu",
         session_options: { intraOpNumThreads: 1, interOpNumThreads: 1 } });
       const meta = req.config || {};
       cfg = { layers: model.config.num_hidden_layers, context: meta.context || model.config.max_position_embeddings };

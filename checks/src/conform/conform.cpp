@@ -137,10 +137,11 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   // Either model goes in the first such format the engine lists.
   const bool zoo = !cfg.is_seed_architecture();
   for (const auto& f : listed)
-    if (m.format.empty() && (!zoo || f == "hf" || f == "gguf" || f == "onnx")) m.format = f;
+    if (m.format.empty() && (!zoo || f == "hf" || f == "gguf" || f == "onnx" || f == "transformers-js")) m.format = f;
   if (m.format.empty() && zoo)
     throw std::invalid_argument("conform: the model sets " + cfg.zoo_knob() + " (a zoo member, SPEC 10), which goes to an engine as a "
-                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of \"hf\", \"gguf\", \"onnx\" (" +
+                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of \"hf\", \"gguf\", \"onnx\", "
+                                "\"transformers-js\" (" +
                                 engine_json(m.hello["formats"]) + ")");
   if (m.format.empty())
     throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx, hf): " + engine_json(m.hello));
