@@ -139,7 +139,7 @@ class Server:
                 self.proc.wait()
             self.proc = None
         if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True) if not os.environ.get("TINYGPT_KEEP_SERVER_DIR") else None
+            shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
 
     def erase_slots(self):

@@ -120,37 +120,9 @@ std::string lib_dir() {
   return ".";
 }
 
-// Copies `src` to `dst` with each attn_qkv tensor's q and k rows put back in our interleaved order
-// (the inverse of the exporter's permutation): the planted "permutation skipped".
-void unpermute(const std::string& src, const std::string& dst, int64_t heads) {
-  std::ifstream in(src, std::ios::binary);
-  std::vector<char> data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  gguf_init_params p{/*no_alloc=*/true, /*ctx=*/nullptr};
-  gguf_context* g = gguf_init_from_file(src.c_str(), p);
-  if (!g) throw std::runtime_error("cannot read " + src);
-  const size_t base = gguf_get_data_offset(g);
-  for (int64_t t = 0; t < gguf_get_n_tensors(g); ++t) {
-    const std::string name = gguf_get_tensor_name(g, t);
-    if (name.find("attn_qkv.weight") == std::string::npos) continue;
-    const int64_t* ne = gguf_get_tensor_ne(g, t);
-    const int64_t cols = ne[0], rows = ne[1], d = rows / 3, hd = d / heads;
-    float* w = reinterpret_cast<float*>(data.data() + base + gguf_get_tensor_offset(g, t));
-    std::vector<float> copy(w, w + rows * cols);
-    for (int64_t part = 0; part < 2; ++part)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t j = 0; j < hd / 2; ++j) {
-          const int64_t b = part * d + h * hd;
-          std::memcpy(w + (b + 2 * j) * cols, copy.data() + (b + j) * cols, cols * sizeof(float));
-          std::memcpy(w + (b + 2 * j + 1) * cols, copy.data() + (b + hd / 2 + j) * cols, cols * sizeof(float));
-        }
-  }
-  gguf_free(g);
-  std::ofstream out(dst, std::ios::binary);
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) throw std::runtime_error("cannot write " + dst);
-}
-
-// A copy of `src` at `dst` as a faulty exporter writes it (the planted faults of the zoo's paths):
+// A copy of `src` at `dst` as a faulty exporter writes it (the planted faults on the file):
+//  - rope-permutation-skipped: each attn_qkv tensor's q and k rows put back in our interleaved order
+//    (the inverse of the exporter's permutation);
 //  - kv-heads-interleaved: each layer's query heads laid out so head h sits in the group of KV head
 //    h % G, not h / (H / G) (attn_q's rows and attn_output's columns moved together, head by head);
 //  - final-softcap-dropped: the final soft-cap written as 1e30, which leaves the logits as they were.
@@ -161,7 +133,28 @@ void plant_export_fault(const std::string& src, const std::string& dst, const st
   gguf_context* g = gguf_init_from_file(src.c_str(), p);
   if (!g) throw std::runtime_error("cannot read " + src);
   const std::string arch = gguf_get_val_str(g, gguf_find_key(g, "general.architecture"));
-  if (fault == "final-softcap-dropped") {
+  auto u32 = [&](const std::string& k) { return static_cast<int64_t>(gguf_get_val_u32(g, gguf_find_key(g, (arch + "." + k).c_str()))); };
+  const size_t base = gguf_get_data_offset(g);
+  auto tensor = [&](const std::string& name) {
+    const int64_t t = gguf_find_tensor(g, name.c_str());
+    if (t < 0) throw std::runtime_error(fault + ": no " + name);
+    return reinterpret_cast<float*>(bytes.data() + base + gguf_get_tensor_offset(g, t));
+  };
+  const int64_t H = u32("attention.head_count"), layers = u32("block_count"), d = u32("embedding_length");
+  if (fault == "rope-permutation-skipped") {
+    for (int64_t l = 0; l < layers; ++l) {
+      float* w = tensor("blk." + std::to_string(l) + ".attn_qkv.weight");  // 3 d rows of d
+      const int64_t hd = d / H;
+      const std::vector<float> copy(w, w + 3 * d * d);
+      for (int64_t part = 0; part < 2; ++part)  // q, then k
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t j = 0; j < hd / 2; ++j) {
+            const int64_t b = part * d + h * hd;
+            std::memcpy(w + (b + 2 * j) * d, copy.data() + (b + j) * d, d * sizeof(float));
+            std::memcpy(w + (b + 2 * j + 1) * d, copy.data() + (b + hd / 2 + j) * d, d * sizeof(float));
+          }
+    }
+  } else if (fault == "final-softcap-dropped") {
     // The value's bytes follow the key (a u64 length, the name) and its type (u32 GGUF_TYPE_FLOAT32).
     const std::string key = arch + ".final_logit_softcapping";
     const uint64_t n = key.size();
@@ -171,16 +164,8 @@ void plant_export_fault(const std::string& src, const std::string& dst, const st
     if (at == bytes.end()) throw std::runtime_error("final-softcap-dropped: the model has no " + key);
     const float none = 1e30f;
     std::memcpy(&*(at + static_cast<std::ptrdiff_t>(pattern.size()) + 4), &none, 4);
-  } else {
-    auto u32 = [&](const std::string& k) { return static_cast<int64_t>(gguf_get_val_u32(g, gguf_find_key(g, (arch + "." + k).c_str()))); };
-    const int64_t H = u32("attention.head_count"), G = u32("attention.head_count_kv"), layers = u32("block_count");
-    const size_t base = gguf_get_data_offset(g);
-    auto tensor = [&](const std::string& name) {
-      const int64_t t = gguf_find_tensor(g, name.c_str());
-      if (t < 0) throw std::runtime_error("kv-heads-interleaved: no " + name);
-      return reinterpret_cast<float*>(bytes.data() + base + gguf_get_tensor_offset(g, t));
-    };
-    const int64_t d = u32("embedding_length"), hd = u32("attention.key_length");
+  } else {  // kv-heads-interleaved
+    const int64_t G = u32("attention.head_count_kv"), hd = u32("attention.key_length");
     for (int64_t l = 0; l < layers; ++l) {
       float* qw = tensor("blk." + std::to_string(l) + ".attn_q.weight");   // H hd rows of d
       float* ow = tensor("blk." + std::to_string(l) + ".attn_output.weight");  // d rows of H hd
@@ -251,11 +236,7 @@ class Engine {
     const json cfg = req.value("config", json::object());
     context_ = cfg.value("context", 256);
     std::string path = req.at("checkpoint").get<std::string>();
-    if (fault_ == "rope-permutation-skipped") {
-      const std::string patched = path + ".unpermuted.gguf";
-      unpermute(path, patched, cfg.value("n_heads", 4));
-      path = patched;
-    } else if (fault_ == "kv-heads-interleaved" || fault_ == "final-softcap-dropped") {
+    if (fault_ == "rope-permutation-skipped" || fault_ == "kv-heads-interleaved" || fault_ == "final-softcap-dropped") {
       const std::string patched = path + "." + fault_ + ".gguf";
       plant_export_fault(path, patched, fault_);
       path = patched;

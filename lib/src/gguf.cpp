@@ -92,10 +92,6 @@ void write_file(const std::string& path, const std::vector<Kv>& kv, const std::v
   });
 }
 
-}  // namespace
-
-namespace {
-
 [[noreturn]] void cannot(const std::string& arch, const std::string& knob) {
   throw std::invalid_argument("GGUF export: llama.cpp's " + arch + " architecture cannot carry this model's " + knob);
 }

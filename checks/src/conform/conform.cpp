@@ -135,14 +135,17 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   // knobs (the GGUF's architecture is the llama.cpp graph that computes it; the ONNX graph is written
   // from its config); the series' formats would drop them.
   // Either model goes in the first such format the engine lists.
+  static const std::vector<std::string> zoo_formats = {"hf", "gguf", "onnx", "transformers-js"};
   const bool zoo = !cfg.is_seed_architecture();
   for (const auto& f : listed)
-    if (m.format.empty() && (!zoo || f == "hf" || f == "gguf" || f == "onnx" || f == "transformers-js")) m.format = f;
-  if (m.format.empty() && zoo)
+    if (m.format.empty() && (!zoo || std::count(zoo_formats.begin(), zoo_formats.end(), f))) m.format = f;
+  if (m.format.empty() && zoo) {
+    std::string names;
+    for (const auto& f : zoo_formats) names += (names.empty() ? "\"" : ", \"") + f + "\"";
     throw std::invalid_argument("conform: the model sets " + cfg.zoo_knob() + " (a zoo member, SPEC 10), which goes to an engine as a "
-                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of \"hf\", \"gguf\", \"onnx\", "
-                                "\"transformers-js\" (" +
-                                engine_json(m.hello["formats"]) + ")");
+                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of " + names +
+                                " (" + engine_json(m.hello["formats"]) + ")");
+  }
   if (m.format.empty())
     throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx, hf): " + engine_json(m.hello));
   const std::string file = m.tmp.path + "/model." + m.format;
