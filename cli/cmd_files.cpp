@@ -157,11 +157,13 @@ Command add_train(CLI::App& app) {
   cmd->add_option("--eval-every", o->eval_every, "steps between validations")->capture_default_str()->check(kPositive);
   cmd->add_option("--seed", o->seed, "seed of weights, windows and validation batches")->capture_default_str();
   cmd->add_option("--arch", o->arch, "a zoo member's architecture instead of the seed's (llama, mqa, mistral, gemma2, qwen3,\n"
-                                      "neox: docs/SPEC.md section 10)")
+                                      "neox: docs/SPEC.md section 10), or draft: the seed's at d_model 128 and 2 layers, the\n"
+                                      "fixture's speculative draft (ci/make-draft.sh)")
       ->check([](const std::string& a) -> std::string {
+        if (a == "draft") return "";
         for (const auto& n : zoo_names())
           if (a == n) return "";
-        return "unknown zoo member '" + a + "' (llama, mqa, mistral, gemma2, qwen3, neox)";
+        return "unknown architecture '" + a + "' (llama, mqa, mistral, gemma2, qwen3, neox, draft)";
       });
   cmd->add_option("--max-minutes", o->max_minutes, "stop (saved) after this long; 0 = no limit")->capture_default_str();
   cmd->add_flag("--resume", o->resume, "continue from --out's last validation (weights, optimizer, window generator, log)");

@@ -314,11 +314,11 @@ at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start, c
   return step_unchecked(idx, cache, start, policy);
 }
 
-at::Tensor GPTImpl::step_every(const at::Tensor& idx, KVCache& cache, int64_t start) {
+at::Tensor GPTImpl::step_every(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "step");
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
-  const at::Tensor x = run_blocks(embed(idx), start, production_policy(), &cache);  // (B, T, d)
-  return head(x);                                                                       // (B, T, V)
+  const at::Tensor x = run_blocks(embed(idx), start, policy, &cache);  // (B, T, d)
+  return head(x, policy);                                                // (B, T, V)
 }
 
 at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {

@@ -62,6 +62,15 @@ at::Tensor step_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int6
   return head_with(model, x.select(1, x.size(1) - 1), kernels);                                         // (B, V)
 }
 
+at::Tensor step_every_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
+                           Kernels kernels) {
+  if (kernels == Kernels::Library || !model.seed_architecture()) return model.step_every(idx, cache, start, policy);
+  if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
+  check_token_ids(idx, model.config().vocab_size, "step");
+  const at::Tensor x = blocks_with(model, model.emb->forward(idx), start, policy, &cache, kernels, {});  // (B, T, d)
+  return head_with(model, x, kernels);                                                                  // (B, T, V)
+}
+
 at::Tensor step_at_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
                         const AttentionPolicy& policy, Kernels kernels) {
   if (kernels == Kernels::Library || !model.seed_architecture()) return model.step_at(idx, cache, positions, policy);

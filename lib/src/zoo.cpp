@@ -25,6 +25,13 @@ Config llama_like(int64_t d, int64_t heads, int64_t kv_heads, int64_t layers) {
 }
 }  // namespace
 
+Config draft_config() {
+  Config c;
+  c.d_model = 128;
+  c.n_layers = 2;
+  return c;
+}
+
 Config zoo_config(const std::string& name) {
   Config c;
   if (name == "llama") {  // GQA 8:2, llama3 scaling from an original context of 128: it acts inside our window

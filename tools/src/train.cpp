@@ -88,7 +88,8 @@ TrainSummary train(const TrainOptions& o, c10::Device device, const std::functio
   const std::string text = read_file(o.corpus);
   log("train: encoding " + std::to_string(text.size()) + " bytes of corpus");
   const std::vector<int64_t> all = tok.encode(text);
-  Config cfg = o.arch.empty() ? Config{} : zoo_config(o.arch);  // SPEC 10's knobs for a zoo member
+  // SPEC 10's knobs for a zoo member; the seed's architecture, smaller, for the speculative draft.
+  Config cfg = o.arch.empty() ? Config{} : o.arch == "draft" ? draft_config() : zoo_config(o.arch);
   cfg.vocab_size = tok.vocab_size();
   cfg.validate();
   const int64_t T = cfg.context;

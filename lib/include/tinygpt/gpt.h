@@ -171,8 +171,10 @@ class GPTImpl : public torch::nn::Module {
   at::Tensor step(const at::Tensor& idx, KVCache& cache, int64_t start,
                   const AttentionPolicy& policy = production_policy());
   // step() with every fed position's logits, (B, T, V): a chunk fed through the cache at once, the
-  // logits of each of its positions (a reference that decodes from entries of its own).
-  at::Tensor step_every(const at::Tensor& idx, KVCache& cache, int64_t start);
+  // logits of each of its positions (a reference that decodes from entries of its own; speculative.h's
+  // verify step, whose policy gives each position a one-token step's window).
+  at::Tensor step_every(const at::Tensor& idx, KVCache& cache, int64_t start,
+                        const AttentionPolicy& policy = production_policy());
   // step() without validating idx: the caller guarantees ids within [0, V). Checking reads the
   // ids back from the device, and a CUDA decode step must not wait for that; the generation loop
   // validates the prompt once and the chooser's ids on its own.

@@ -22,6 +22,10 @@ class KVCache;
 // start .. start+T-1 -> the last position's logits (B, V). No id validation.
 at::Tensor step_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
                      Kernels kernels);
+// GPTImpl::step_every computed with `kernels`: every position's logits, (B, T, V) (a speculative verify
+// step: B x T rows up to kMatvecMaxRows go through the product kernel).
+at::Tensor step_every_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy,
+                           Kernels kernels);
 // GPTImpl::step_at computed with `kernels`: rows at positions (B, T) of their own -> (B, V).
 at::Tensor step_at_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
                         const AttentionPolicy& policy, Kernels kernels);

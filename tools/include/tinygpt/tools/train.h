@@ -19,7 +19,7 @@ struct TrainOptions {
   double lr = 1e-3;
   int64_t eval_every = 50, eval_batches = 8;
   uint64_t seed = 1337;
-  std::string arch;  // "" = the seed's architecture; else a zoo member's (zoo.h)
+  std::string arch;  // "" = the seed's architecture; "draft" its speculative draft; else a zoo member's (zoo.h)
   double max_minutes = 0;  // 0 = no limit; otherwise stop (and save) after this long
   bool resume = false;
   std::string command;  // recorded in the checkpoint metadata

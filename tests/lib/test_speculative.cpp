@@ -1,0 +1,279 @@
+// Speculative decoding (speculative.h): greedy equals plain greedy past the window, the verify step's
+// logits equal one-token steps', rollbacks leave the cache a plain run would have, stops and budgets
+// end mid-block, sample-and-match reproduces plain seeded decoding, and the exact rule's first token
+// is distributed as the target's own sampler.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "tinygpt/generate.h"
+#include "tinygpt/sampler.h"
+#include "tinygpt/speculative.h"
+#include "../checks/small_model.h"
+
+namespace tinygpt {
+namespace {
+
+// The harness tests' small model (a 32-token window: 50 new ids cross it).
+Config small() { return checks::small_config(); }
+
+// A member with a sliding layer and a full one, grouped KV heads: each layer rolls back its own window.
+Config sliding() {
+  Config c = small();
+  c.n_kv_heads = 2;
+  c.norm = NormKind::RMSNorm;
+  c.layer_types = {LayerKind::Sliding, LayerKind::Full};
+  c.sliding_window = 6;
+  return c;
+}
+
+std::vector<int64_t> ids_of(const at::Tensor& row) {
+  const at::Tensor r = row.to(at::kCPU).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+}
+
+class Speculative : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    cfg = GetParam() ? sliding() : small();
+    target = GPT(cfg, 3);
+    target->eval();
+    // Untrained weights at the series' scale give near-equal logits and greedy runs of one repeated id;
+    // larger weights give runs whose ids change, drafts that differ and stop ids to find.
+    at::NoGradGuard g;
+    for (auto& p : target->parameters()) p.mul_(3);
+  }
+  // Plain cached greedy from `prompt`: the new ids and each one's logits (n, V).
+  std::pair<std::vector<int64_t>, at::Tensor> plain(const std::vector<int64_t>& prompt, int64_t n) {
+    RollingKVCache cache(cfg);
+    Recorder rec;
+    const at::Tensor seq = generate_cached(target, at::tensor(prompt, at::kLong).unsqueeze(0), n, greedy(), cache, {}, rec.observer());
+    const auto all = ids_of(seq[0]);
+    return {std::vector<int64_t>(all.begin() + static_cast<int64_t>(prompt.size()), all.end()), rec.stacked()[0]};
+  }
+  // Plain cached steps teacher-forced along `next`: the logits each of its ids is chosen from (n, V).
+  at::Tensor forced(const std::vector<int64_t>& prompt, const std::vector<int64_t>& next) {
+    RollingKVCache cache(cfg);
+    Recorder rec;
+    size_t i = 0;
+    generate_cached(target, at::tensor(prompt, at::kLong).unsqueeze(0), static_cast<int64_t>(next.size()),
+                    [&](const at::Tensor&, const at::Tensor&) { return at::tensor(std::vector<int64_t>{next[i++]}, at::kLong); },
+                    cache, {}, rec.observer());
+    return rec.stacked()[0];
+  }
+  SpeculativeRun spec(Drafter& d, const std::vector<int64_t>& prompt, int64_t n, SpeculativeSettings s, int64_t then = 0) {
+    SpeculativeDecoder dec(target, std::make_unique<RollingKVCache>(cfg));
+    return dec.run(prompt, n, d, s, then);
+  }
+  Config cfg;
+  GPT target{nullptr};
+  at::NoGradGuard no_grad;
+};
+
+SpeculativeSettings greedy_settings(int64_t k) {
+  SpeculativeSettings s;
+  s.k = k;
+  s.sampling.temperature = 0;
+  return s;
+}
+
+// Temperature 0 is plain greedy, id for id, 50 tokens (three windows) past the prompt, at k = 1, 4, 8,
+// with a draft that is always right (the target's own weights: every draft accepted), one never right
+// (every draft rejected) and prompt lookup; every new id's logits are a one-token step's.
+TEST_P(Speculative, GreedyIsPlainGreedyForEveryDraftAndWidth) {
+  const std::vector<int64_t> prompt = {1, 2, 3};
+  const auto [want, want_logits] = plain(prompt, 50);
+  for (int64_t k : {1, 4, 8}) {
+    ModelDrafter self(target), contrary(target, /*contrary=*/true);
+    NgramDrafter ngram;
+    for (Drafter* d : std::vector<Drafter*>{&self, &contrary, &ngram}) {
+      SCOPED_TRACE(d->name() + " k=" + std::to_string(k));
+      const SpeculativeRun r = spec(*d, prompt, 50, greedy_settings(k));
+      ASSERT_EQ(r.ids, want);
+      EXPECT_LT((r.logits - want_logits).abs().max().item<double>(), 1e-4);
+      if (d == &self) {
+        EXPECT_EQ(r.accepted, r.drafted) << "the target drafting for itself is always right at temperature 0";
+        EXPECT_GT(r.mean_accepted_length(), static_cast<double>(k));  // k drafts and the bonus, but the last round
+      }
+      if (d == &contrary) {
+        EXPECT_EQ(r.accepted, 0);
+      }
+    }
+  }
+}
+
+// A prompt longer than the window: its last `context` ids are fed, the penalty sees every id.
+TEST_P(Speculative, LongPromptAndPenaltyAtTemperatureZero) {
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < cfg.context + 7; ++i) prompt.push_back((i * 7 + 3) % cfg.vocab_size);
+  SpeculativeSettings s = greedy_settings(4);
+  s.sampling.penalty = 1.3;
+  RollingKVCache cache(cfg);
+  const at::Tensor seq = generate_cached(target, at::tensor(prompt, at::kLong).unsqueeze(0), 30, sampler(s.sampling), cache);
+  const auto all = ids_of(seq[0]);
+  ModelDrafter self(target);
+  EXPECT_EQ(spec(self, prompt, 30, s).ids, std::vector<int64_t>(all.begin() + static_cast<int64_t>(prompt.size()), all.end()));
+}
+
+// After rounds that each rejected k drafts, the target's cache holds what a plain run over the same ids
+// holds, on every layer (a sliding layer's window and history included), and plain steps go on from it
+// as from a plain run.
+TEST_P(Speculative, RejectedDraftsLeaveThePlainCache) {
+  const std::vector<int64_t> prompt = {5, 6, 7};
+  ModelDrafter contrary(target, /*contrary=*/true);
+  SpeculativeDecoder dec(target, std::make_unique<RollingKVCache>(cfg));
+  const SpeculativeRun r = dec.run(prompt, 40, contrary, greedy_settings(4), /*then_plain=*/8);
+  ASSERT_EQ(r.accepted, 0);
+  std::vector<int64_t> next = r.ids;
+  next.insert(next.end(), r.then_ids.begin(), r.then_ids.end());
+  const auto [want, _] = plain(prompt, 48);
+  EXPECT_EQ(next, want);
+  const at::Tensor f = forced(prompt, next);
+  EXPECT_LT((r.then_logits - f.narrow(0, 40, 8)).abs().max().item<double>(), 1e-4);
+  // The entries: a plain cache fed the same 3 + 40 ids but the newest.
+  RollingKVCache plain_cache(cfg);
+  std::vector<int64_t> seq = prompt;
+  seq.insert(seq.end(), r.ids.begin(), r.ids.end());
+  SpeculativeDecoder dec2(target, std::make_unique<RollingKVCache>(cfg));
+  ModelDrafter contrary2(target, true);
+  dec2.run(prompt, 40, contrary2, greedy_settings(4));
+  const int64_t fed = static_cast<int64_t>(dec2.fed().size());
+  EXPECT_EQ(fed, static_cast<int64_t>(seq.size()) - 1);
+  for (int64_t t = 0; t < fed; ++t)
+    target->step(at::tensor(std::vector<int64_t>{seq[static_cast<size_t>(t)]}, at::kLong).unsqueeze(0), plain_cache, t);
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    const auto [K, V] = dec2.cache().stored(l);
+    const auto [Kp, Vp] = plain_cache.stored(l);
+    ASSERT_EQ(K.sizes(), Kp.sizes()) << "layer " << l;
+    EXPECT_LT((K - Kp).abs().max().item<double>(), 1e-5) << "layer " << l;
+    EXPECT_LT((V - Vp).abs().max().item<double>(), 1e-5) << "layer " << l;
+  }
+}
+
+// A stop id accepted inside a block ends the output there, and the cache holds exactly the ids before
+// it; a budget that ends inside a block gives exactly the budget.
+TEST_P(Speculative, StopIdAndBudgetEndInsideABlock) {
+  const std::vector<int64_t> prompt = {1, 2, 3};
+  // A penalty keeps the untrained model from repeating one id: its greedy ids are new for a while.
+  SpeculativeSettings s = greedy_settings(8);
+  s.sampling.penalty = 2.0;
+  RollingKVCache plain_cache(cfg);
+  const auto all = ids_of(generate_cached(target, at::tensor(prompt, at::kLong).unsqueeze(0), 40, sampler(s.sampling), plain_cache)[0]);
+  const std::vector<int64_t> want(all.begin() + 3, all.end());
+  // The first id that appears for the first time at index >= 3: the self draft accepts it mid-block.
+  size_t at = 3;
+  while (at < want.size() && std::find(want.begin(), want.begin() + static_cast<int64_t>(at), want[at]) != want.begin() + static_cast<int64_t>(at)) ++at;
+  ASSERT_LT(at, 8u) << "no new id inside the first block: " << ::testing::PrintToString(want);
+  s.stop = {want[at]};
+  ModelDrafter self(target);
+  SpeculativeDecoder dec(target, std::make_unique<RollingKVCache>(cfg));
+  const SpeculativeRun r = dec.run(prompt, 40, self, s);
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.ids, std::vector<int64_t>(want.begin(), want.begin() + static_cast<int64_t>(at) + 1));
+  EXPECT_EQ(static_cast<int64_t>(dec.fed().size()), static_cast<int64_t>(prompt.size() + at));
+  EXPECT_EQ(dec.cache().length(), std::min<int64_t>(cfg.cache_window(0), static_cast<int64_t>(prompt.size() + at)));
+  ModelDrafter self2(target);
+  SpeculativeSettings budget = s;
+  budget.stop.clear();
+  budget.k = 4;
+  EXPECT_EQ(spec(self2, prompt, 7, budget).ids, std::vector<int64_t>(want.begin(), want.begin() + 7));
+}
+
+// Sample-and-match draws one id per new token from the target's stream: seeded, it is plain seeded
+// decoding, draw for draw, whatever the draft.
+TEST_P(Speculative, SampleAndMatchIsPlainSeededDecoding) {
+  const std::vector<int64_t> prompt = {9, 8, 7};
+  SpeculativeSettings s;
+  s.k = 4;
+  s.rule = AcceptRule::SampleAndMatch;
+  s.sampling = SamplingSettings::every_stage();
+  s.seed = 11;
+  RollingKVCache cache(cfg);
+  const at::Tensor seq = generate_cached(target, at::tensor(prompt, at::kLong).unsqueeze(0), 40,
+                                         sampler(s.sampling, make_generator(at::kCPU, 11)), cache);
+  const auto all = ids_of(seq[0]);
+  const std::vector<int64_t> want(all.begin() + 3, all.end());
+  ModelDrafter self(target);
+  GPT other(cfg, 99);
+  ModelDrafter draft(other);
+  NgramDrafter ngram;
+  for (Drafter* d : std::vector<Drafter*>{&self, &draft, &ngram}) EXPECT_EQ(spec(*d, prompt, 40, s).ids, want) << d->name();
+}
+
+// The exact rule with a draft model that disagrees with the target: the first new id's frequencies
+// over 3,000 seeds against the target's own distribution (every sampler stage on), by chi-square.
+TEST_P(Speculative, ExactRuleKeepsTheTargetsDistribution) {
+  const std::vector<int64_t> prompt = {4, 4, 2, 9};
+  SpeculativeSettings s;
+  s.k = 3;
+  s.sampling.temperature = 1.0;
+  s.sampling.top_k = 20;
+  s.sampling.penalty = 1.3;
+  const at::Tensor p = filtered_probs(target->forward(at::tensor(prompt, at::kLong).unsqueeze(0)).select(1, 3),
+                                      at::tensor(prompt, at::kLong).unsqueeze(0), s.sampling)[0];  // (V)
+  GPT other(cfg, 99);
+  const int N = 3000;
+  std::map<int64_t, int> count;
+  int64_t drafted = 0, accepted = 0;
+  for (int i = 0; i < N; ++i) {
+    ModelDrafter draft(other);
+    s.seed = static_cast<uint64_t>(i);
+    const SpeculativeRun r = spec(draft, prompt, 1, s);
+    ++count[r.ids[0]];
+    drafted += std::min<int64_t>(r.drafted, 1), accepted += r.accepted;
+  }
+  double chi2 = 0;
+  int df = -1;
+  for (int64_t v = 0; v < cfg.vocab_size; ++v) {
+    const double e = N * p[v].item<double>();
+    if (e < 1e-9) {
+      EXPECT_EQ(count[v], 0) << "id " << v << " has probability 0";
+      continue;
+    }
+    chi2 += (count[v] - e) * (count[v] - e) / e;
+    ++df;
+  }
+  // 1e-6 false alarm at df <= 19: chi-square quantile below 60.
+  EXPECT_LT(chi2, 60.0) << "df " << df;
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted) << "a draft of other weights should be rejected sometimes";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Speculative, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "SlidingGrouped" : "Seed"; });
+
+TEST(SpeculativeParts, DrawFromIsTheInverseCdf) {
+  const at::Tensor w = at::tensor(std::vector<float>{0, 2, 0, 1, 1});
+  EXPECT_EQ(draw_from(w, 0.0), 1);
+  EXPECT_EQ(draw_from(w, 0.49), 1);
+  EXPECT_EQ(draw_from(w, 0.5), 3);
+  EXPECT_EQ(draw_from(w, 0.76), 4);
+  EXPECT_EQ(draw_from(w, 0.999999), 4);
+  EXPECT_THROW(draw_from(at::zeros({3}), 0.5), std::invalid_argument);
+}
+
+TEST(SpeculativeParts, NgramProposesWhatFollowedTheLastMatch) {
+  NgramDrafter d(2, 1);
+  at::Generator g = make_generator(at::kCPU, 0);
+  SamplingSettings s;
+  EXPECT_EQ(d.propose({1, 2, 3, 9, 1, 2, 3, 7, 1, 2}, 3, s, g, production_rules()).ids, (std::vector<int64_t>{3, 7, 1}));
+  EXPECT_EQ(d.propose({5, 6, 7}, 3, s, g, production_rules()).ids, std::vector<int64_t>{});
+  EXPECT_EQ(d.propose({5, 6, 5}, 4, s, g, production_rules()).ids, (std::vector<int64_t>{6, 5}));
+}
+
+TEST(SpeculativeParts, BadSettingsAreRefusedByName) {
+  SpeculativeSettings s;
+  s.k = 0;
+  EXPECT_THROW(s.validate(), std::invalid_argument);
+  s.k = 4;
+  s.sampling.top_p = 0;
+  EXPECT_THROW(s.validate(), std::invalid_argument);
+  EXPECT_THROW(parse_accept_rule("greedy"), std::invalid_argument);
+  EXPECT_EQ(parse_accept_rule("sample-and-match"), AcceptRule::SampleAndMatch);
+}
+
+}  // namespace
+}  // namespace tinygpt
+
