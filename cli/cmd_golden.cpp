@@ -141,6 +141,7 @@ Command add_verify(CLI::App& app) {
     bool require_batch_invariance = false;
     bool require_thread_invariance = false;
     bool full_matrix = false;
+    bool deep = false;
     bool zoo = false;
     ReportFiles report;
   };
@@ -170,6 +171,9 @@ Command add_verify(CLI::App& app) {
   cmd->add_flag("--full-matrix", o->full_matrix,
                 "run each fault through every row of its set, to see which other rows catch it too (about 3x the\n"
                 "matrix's time); default: the rows that must catch it (what the verdict gates on) and tokens");
+  cmd->add_flag("--deep", o->deep,
+                "also the rows of statistical power: spec-distribution's chi-square draws (the speculative decoder's\n"
+                "exact rule against the target's distribution; minutes on 2 cores) and the faults only they catch");
   cmd->add_flag("--require-batch-invariance", o->require_batch_invariance,
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
   cmd->add_flag("--require-thread-invariance", o->require_thread_invariance,
@@ -223,6 +227,7 @@ Command add_verify(CLI::App& app) {
             vo.tokens = o->tokens;
             vo.checks = o->checks;
             vo.full_matrix = o->full_matrix;
+            vo.deep = o->deep;
             vo.require_batch_invariance = o->require_batch_invariance;
             vo.require_thread_invariance = o->require_thread_invariance;
             if (o->faults != "all") {  // named faults are checked before the run too

@@ -78,7 +78,7 @@ std::string catalogue_markdown() {
        "| --- | --- | --- | --- | --- | --- |\n";
   for (const auto& c : model_checks())
     m << "| `" << c.name << "` | " << cell(c.proves) << " | " << cell(c.catches) << " | " << cell(judge_text(c.judge)) << " | "
-      << cell(tag_names(c.tags)) << (c.ops.empty() ? "" : "; needs `" + c.ops.names() + "`") << " | " << cost_name(c.cost) << " |\n";
+      << cell(tag_names(c.tags)) << (c.ops.empty() ? "" : std::string(c.tags ? "; " : "") + "needs `" + c.ops.names() + "`") << " | " << cost_name(c.cost) << " |\n";
   m << "\n### The faults\n\nEach fault runs the checks in its last column; the matrix fails when a check in \"must be "
        "caught by\" misses it.\n\n| fault | models | must be caught by | its run |\n| --- | --- | --- | --- |\n";
   const std::vector<std::string> default_set = model_checks_with(static_cast<Tags>(Tag::Default));

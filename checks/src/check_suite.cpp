@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "tinygpt/checks/deviations.h"
+#include "tinygpt/checks/golden.h"
 
 namespace tinygpt::checks {
 
@@ -15,7 +16,7 @@ std::string tag_names(Tags tags) {
   static const std::pair<Tag, const char*> names[] = {
       {Tag::Default, "default"},         {Tag::Serving, "serving"},     {Tag::PastWindow, "past-window"},
       {Tag::OnlyPastWindow, "only-past-window"}, {Tag::NeedsScores, "needs-scores"}, {Tag::EngineOnly, "engine-only"},
-      {Tag::Sampler, "sampler"}, {Tag::Budget, "budget"}, {Tag::Long, "long"}};
+      {Tag::Sampler, "sampler"}, {Tag::Budget, "budget"}, {Tag::Long, "long"}, {Tag::Deep, "deep"}};
   std::string s;
   for (const auto& [t, n] : names)
     if (has(tags, t)) s += (s.empty() ? "" : ", ") + std::string(n);
@@ -128,6 +129,7 @@ void validate(const EquivalenceOptions& opts) {
   if (opts.self_stride < 0) throw std::invalid_argument("equivalence: self stride must be >= 0 (0: the default choice of steps)");
   if (t.max_kl && !(*t.max_kl > 0)) throw std::invalid_argument("--max-kl must be > 0");
   if (t.min_top1 && !(*t.min_top1 > 0 && *t.min_top1 <= 1)) throw std::invalid_argument("--min-top1 must be in (0, 1]");
+  if (opts.spec_draws < 0) throw std::invalid_argument("equivalence: the distribution row's draws must be >= 0 (0: its sized count)");
 }
 
 std::string options_key(const EquivalenceOptions& o) {
@@ -146,6 +148,11 @@ std::string options_key(const EquivalenceOptions& o) {
     << o.require_batch_invariance << o.require_thread_invariance << " threads";
   for (int t : o.thread_counts) s << " " << t;
   if (o.variation) s << " vary " << o.variation;  // absent at 0: the keys of the documented runs are unchanged
+  if (o.draft) {
+    GPT d = o.draft;
+    s << " draft " << model_digest(d);
+  }  // absent without one, as above
+  if (o.spec_draws) s << " draws " << o.spec_draws;
   s << " past " << o.past_window << " (" << o.inside_window_why << ") tol " << o.tolerance.logits << "/" << o.tolerance.self << "/"
     << (o.tolerance.max_kl ? *o.tolerance.max_kl : -1.0) << "/" << (o.tolerance.min_top1 ? *o.tolerance.min_top1 : -1.0) << " device "
     << o.prompt.device().str();

@@ -535,8 +535,8 @@ class LiveRowReused final : public ServingSchedule {
   bool reusable(bool, int64_t peak, int64_t context) const override { return peak <= context; }
 };
 
-// A fault is the `static` production path - the preallocated cache, the decode kernels and the fused
-// step (cache_registry.cpp) - with one decision changed. Loop and serving-loop faults keep all of it.
+}  // namespace
+
 CacheVariant fault(std::string name, std::string description, std::vector<std::string> expected) {
   CacheVariant v;
   v.name = std::move(name);
@@ -548,6 +548,8 @@ CacheVariant fault(std::string name, std::string description, std::vector<std::s
   v.expected = std::move(expected);
   return v;
 }
+
+namespace {
 
 // A policy fault runs the model's own step with the same kernels: the fused step computes the
 // production positions and mask inside its kernels, so the changed policy must be the one the step reads.

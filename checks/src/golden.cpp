@@ -134,6 +134,11 @@ Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer
   if (fx.tokenizer.vocab_size() != fx.model->config().vocab_size)
     throw std::invalid_argument(tokenizer + ": vocabulary " + std::to_string(fx.tokenizer.vocab_size()) + " != the model's " +
                                 std::to_string(fx.model->config().vocab_size));
+  const fs::path draft = fs::path(golden_dir) / "draft.safetensors";
+  if (!golden_dir.empty() && fs::exists(draft)) {
+    GPT d = load_checkpoint(draft.string(), device);
+    if (d->config().vocab_size == fx.model->config().vocab_size) fx.draft = d;  // another model's goldens: not its draft
+  }
   return fx;
 }
 

@@ -4,7 +4,8 @@ namespace tinygpt::checks {
 
 namespace {
 constexpr const char* kNames[kOpCount] = {"ragged", "join",     "fork",     "truncate",       "extend",       "save",
-                                          "shift",  "threads",  "generate", "generate-shift", "row-sampling", "bench"};
+                                          "shift",  "threads",  "generate", "generate-shift", "row-sampling", "bench",
+                                          "speculate"};
 }  // namespace
 
 const char* op_name(Op op) { return kNames[static_cast<unsigned>(op)]; }

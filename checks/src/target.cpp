@@ -41,6 +41,43 @@ RowServing& DecodeTarget::serving() {
 
 int DecodeTarget::set_threads(int) { throw std::logic_error(unsupported(Op::Threads)); }
 std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(unsupported(Op::Generate)); }
+SpeculativeRun DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(unsupported(Op::Speculate)); }
+
+const std::vector<std::string>& draft_kinds() {
+  static const std::vector<std::string> kinds = {"self", "contrary", "ngram", "model"};
+  return kinds;
+}
+
+SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
+  // One decoder and one drafter per kind, kept between requests: many draws from one prompt start from a
+  // copy of its entries (SpeculativeDecoder and ModelDrafter keep the last prompt's).
+  const bool is_model = r.draft == "model";
+  if (is_model) {
+    if (!r.draft_model) throw std::invalid_argument("speculate: the draft 'model' needs a draft model");
+    if (r.draft_model->config().vocab_size != model_->config().vocab_size)
+      throw std::invalid_argument("speculate: the draft model's vocabulary (" + std::to_string(r.draft_model->config().vocab_size) +
+                                  ") is not the target's (" + std::to_string(model_->config().vocab_size) + ")");
+  }
+  const std::string key = is_model ? "model@" + std::to_string(reinterpret_cast<uintptr_t>(r.draft_model.get())) : r.draft;
+  std::unique_ptr<Drafter>& drafter = drafters_[key];
+  if (!drafter) {
+    // Drafts from a model compute as the variant's own steps do (its kernels): the target's own weights
+    // then draft exactly what its plain steps choose.
+    if (r.draft == "self") drafter = std::make_unique<ModelDrafter>(model_, false, variant_->kernels);
+    else if (r.draft == "contrary") drafter = std::make_unique<ModelDrafter>(model_, /*contrary=*/true, variant_->kernels);
+    else if (r.draft == "ngram") drafter = std::make_unique<NgramDrafter>();
+    else if (is_model) drafter = std::make_unique<ModelDrafter>(r.draft_model, false, variant_->kernels);
+    else {
+      drafters_.erase(key);
+      throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (self, contrary, ngram, model)");
+    }
+  }
+  if (!speculative_)
+    speculative_ = std::make_unique<SpeculativeDecoder>(model_, variant_->make_cache(model_->config()),
+                                                        variant_->speculative ? *variant_->speculative : production_rules(),
+                                                        variant_->kernels);
+  return speculative_->run(r.prompt, r.n, *drafter, r.settings, r.then_plain);
+}
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
     : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
@@ -69,6 +106,7 @@ std::string ModelTarget::unsupported(Op op) const {
     case Op::GenerateShift: return "our model has no scheduler of its own: the serving rows drive its rows directly";
     case Op::RowSampling:
     case Op::Bench: return std::string("our model is not an engine: ") + op_name(op) + " is the protocol's";
+    case Op::Speculate: break;  // rejected drafts are rolled back: the cache's truncate decides, as for rows
     default: break;
   }
   // Rows decode through the model's own step at per-row positions (serving.h), not through a step

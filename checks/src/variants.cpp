@@ -50,6 +50,8 @@ CacheRegistry& cache_registry() {
     r.add(std::move(int8));
     register_faults(r);
     register_zoo_faults(r);
+    register_speculative_faults(r);
+    register_speculative_zoo_faults(r);
     return reg;
   }();
   return *registry;

@@ -152,8 +152,12 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
     for (const CacheVariant* f : cache_registry().budgeted(/*faults=*/true)) faults.push_back(f);
   // The production caches run every row but the engine-only ones (self: our prefill is what
   // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
+  // The rows of statistical power (Tag::Deep) only with --deep or by name: minutes of draws on two cores.
   const std::vector<std::string> every_row = model_checks_with(0, static_cast<Tags>(Tag::EngineOnly));
-  plan.rows = every_row;
+  plan.rows = o.deep ? every_row : model_checks_with(0, Tag::EngineOnly | Tag::Deep);
+  if (!o.deep && o.checks.empty())
+    for (const auto& n : model_checks_with(static_cast<Tags>(Tag::Deep)))
+      plan.left_out.push_back("row " + n + " left out: its draws take minutes (tinygpt verify --deep runs it)");
   if (!o.checks.empty()) {
     for (const auto& n : o.checks)
       if (std::find(every_row.begin(), every_row.end(), n) == every_row.end())
@@ -232,6 +236,7 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   plan.main.tokens = o.tokens;
   plan.main.require_batch_invariance = o.require_batch_invariance;
   plan.main.require_thread_invariance = o.require_thread_invariance;
+  plan.main.draft = fx.draft;  // the speculative rows' trained draft, when the fixture has one
   validate(plan.main);
   const int64_t vocab = fx.model->config().vocab_size;
   plan.batch3.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);

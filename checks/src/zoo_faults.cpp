@@ -1,4 +1,4 @@
-// The zoo's boundary faults (SPEC 10, issue 52): each a bug engines shipped in a feature the seed's
+// The zoo's boundary faults (SPEC 10): each a bug engines shipped in a feature the seed's
 // architecture lacks, behind the same seams as the seed's faults (a cache, the attention policy, the
 // serving schedule), on the rolling cache and the model's own step - the path every member runs. Each
 // says which members have its feature (CacheVariant::applies); on a member without it the fault is

@@ -183,7 +183,8 @@ std::string kv_cache_case_name(const CacheCase& c) {
 }
 
 std::vector<std::string> kv_cache_suite_checks() {
-  return checks::model_checks_with(0, static_cast<checks::Tags>(checks::Tag::EngineOnly));
+  // The rows of statistical power cost minutes each (tinygpt verify --deep runs them on our caches).
+  return checks::model_checks_with(0, checks::Tag::EngineOnly | checks::Tag::Deep);
 }
 
 void PrintTo(const CacheCase& c, std::ostream* os) {

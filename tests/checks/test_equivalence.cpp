@@ -65,8 +65,17 @@ TEST_P(EveryProductionCache, PassesEveryCheck) {
 }
 INSTANTIATE_TEST_SUITE_P(Caches, EveryProductionCache, ::testing::Values("rolling", "static"));
 
+// The faults of a speculative round need a model whose greedy runs vary (a stop id to find, drafted ids
+// the penalty has not seen): test_speculative_rows.cpp holds them to their rows on one.
+std::vector<const CacheVariant*> faults_but_speculative() {
+  std::vector<const CacheVariant*> out;
+  for (const CacheVariant* f : cache_registry().all(/*faults=*/true))
+    if (!f->speculative) out.push_back(f);
+  return out;
+}
+
 TEST_F(Harness, EveryFaultIsCaughtByTheChecksItNamesAndTheControlsPass) {
-  const auto faults = cache_registry().all(/*faults=*/true);
+  const auto faults = faults_but_speculative();
   ASSERT_GE(faults.size(), 18u);
   InjectionOptions io;
   io.drift_tokens = 40;
@@ -84,7 +93,7 @@ TEST_F(Harness, EveryFaultIsCaughtByTheChecksItNamesAndTheControlsPass) {
 // here, 48 in verify) still catch every fault by the checks it names, and the serving checks run
 // the steps they were given.
 TEST_F(Harness, EveryFaultIsCaughtByShortenedFaultRuns) {
-  const auto faults = cache_registry().all(/*faults=*/true);
+  const auto faults = faults_but_speculative();
   InjectionOptions io;
   io.drift_tokens = 40;
   io.fault_tokens = model->config().context + 16;

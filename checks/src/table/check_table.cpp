@@ -47,6 +47,12 @@ CheckDef reuse_after_shift_def();
 CheckDef reuse_past_window_def();
 // served.cpp
 CheckDef served_def();
+// speculative.cpp
+CheckDef spec_greedy_def();
+CheckDef spec_seeded_def();
+CheckDef spec_stops_def();
+CheckDef spec_cache_def();
+CheckDef spec_distribution_def();
 
 namespace {
 
@@ -77,6 +83,11 @@ std::vector<CheckDef> make_table() {
       reuse_after_shift_def(),
       reuse_past_window_def(),
       served_def(),
+      spec_greedy_def(),
+      spec_seeded_def(),
+      spec_stops_def(),
+      spec_cache_def(),
+      spec_distribution_def(),
   };
   std::set<std::string> names;
   for (const auto& c : t) {

@@ -19,6 +19,7 @@
 #include "tinygpt/kv_cache.h"
 #include "tinygpt/kernels.h"
 #include "tinygpt/serving.h"
+#include "tinygpt/speculative.h"
 
 namespace tinygpt::checks {
 
@@ -42,6 +43,7 @@ struct CacheVariant {
   std::shared_ptr<const AttentionPolicy> policy;    // null: production
   std::shared_ptr<const DecodeSchedule> schedule;   // null: production
   std::shared_ptr<const ServingSchedule> serving;   // the serving loop's bookkeeping; null: production
+  std::shared_ptr<const SpeculativeRules> speculative;  // a speculative round's decisions; null: production
   Kernels kernels = Kernels::Library;
   bool is_fault = false;
   // For a fault: the checks that must catch it on any model (logit-level evidence); the fault

@@ -32,6 +32,11 @@ inline constexpr const char kReuseAfterShift[] = "reuse-after-shift";
 inline constexpr const char kReusePastWindow[] = "reuse-past-window";
 inline constexpr const char kRollbackAfterRestore[] = "rollback-after-restore";
 inline constexpr const char kServed[] = "served";
+inline constexpr const char kSpecGreedy[] = "spec-greedy";
+inline constexpr const char kSpecSeeded[] = "spec-seeded";
+inline constexpr const char kSpecStops[] = "spec-stops";
+inline constexpr const char kSpecCache[] = "spec-cache";
+inline constexpr const char kSpecDistribution[] = "spec-distribution";
 
 // The prefix of every sampler row's name.
 inline constexpr const char kSamplerPrefix[] = "sampler/";

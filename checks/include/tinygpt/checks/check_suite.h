@@ -66,6 +66,11 @@ struct EquivalenceOptions {
   // kChurnSeed + N), other prompt lengths and ids in the serving rows and another context-shift keep,
   // so positions and magnitudes move while the operations stay. The same N replays the same run.
   uint64_t variation = 0;
+  // The speculative rows' trained draft (a small model sharing the target's vocabulary, golden/draft):
+  // their "model" drafts; none: those runs are skipped, saying so. Keyed by its weights' digest.
+  GPT draft{nullptr};
+  // spec-distribution's draws (0: the count sized for its stated power, speculative.cpp in the table).
+  int64_t spec_draws = 0;
   Tolerances tolerance;
 };
 
@@ -112,6 +117,8 @@ enum class Tag : unsigned {
   Budget = 1u << 7,        // a low-precision cache's logit rows in verify, judged by its KL budget
   Long = 1u << 8,          // a serving row that runs long (far past the window, many operations): a serving
                            // fault runs it only when it is the row the fault must be caught by
+  Deep = 1u << 9,          // statistical power that costs minutes: `verify --deep`, conform and ctest run it,
+                           // plain `verify` leaves it out, saying so
 };
 using Tags = unsigned;
 constexpr Tags operator|(Tag a, Tag b) { return static_cast<Tags>(a) | static_cast<Tags>(b); }

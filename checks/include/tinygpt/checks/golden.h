@@ -32,6 +32,9 @@ struct Fixture {
   GPT model{nullptr};
   Tokenizer tokenizer{{}};
   std::string dir;
+  // <dir>/draft.safetensors where it is there and shares the model's vocabulary: the speculative rows'
+  // trained draft (golden/draft: two layers, trained on the fixture's corpus and tokenizer).
+  GPT draft{nullptr};
 };
 // The shipped fixture: <dir>/fixture.safetensors and <dir>/tokenizer.json onto `device`.
 Fixture load_fixture(const std::string& dir, c10::Device device);

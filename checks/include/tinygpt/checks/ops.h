@@ -22,8 +22,9 @@ enum class Op : unsigned {
   GenerateShift,  // ... past the window, shifting their context as llama-server does
   RowSampling,    // `sample` with each row's own settings and seed
   Bench,          // the engine's own timed decode loop
+  Speculate,      // a sequence decoded by drafting and verifying (speculative.h): the engine's own machinery
 };
-inline constexpr unsigned kOpCount = static_cast<unsigned>(Op::Bench) + 1;
+inline constexpr unsigned kOpCount = static_cast<unsigned>(Op::Speculate) + 1;
 
 // The protocol's name of an operation ("ragged", "generate-shift", ...), and the operation of a name.
 const char* op_name(Op op);

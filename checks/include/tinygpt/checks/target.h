@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "tinygpt/gpt.h"
 #include "tinygpt/laws/sampler_under_test.h"
 #include "tinygpt/serving.h"
+#include "tinygpt/speculative.h"
 
 namespace tinygpt::checks {
 
@@ -59,6 +61,21 @@ struct ServedResult {
   std::optional<int64_t> reused;
   std::vector<ServedShift> shifts;  // in order; empty: none
 };
+
+// One sequence decoded speculatively (op "speculate", speculative.h): n new ids from `prompt` with the
+// target's own draft-and-verify machinery, then `then_plain` plain greedy steps on the same cache (what
+// a rollback left behind shows there). `draft`: "self" (the target's own weights: always right at
+// temperature 0), "contrary" (never right there), "ngram" (prompt lookup) or "model" (`draft_model`).
+struct SpeculativeRequest {
+  std::vector<int64_t> prompt;
+  int64_t n = 1;
+  std::string draft = "self";
+  GPT draft_model{nullptr};
+  SpeculativeSettings settings;
+  int64_t then_plain = 0;
+};
+// The draft kinds a request may name.
+const std::vector<std::string>& draft_kinds();
 
 // What a serving engine does to its cache, on rows of a running batch by id (docs/protocol.md,
 // protocol 2). A target that has rows returns this from DecodeTarget::row_serving(); which of the
@@ -155,6 +172,9 @@ class DecodeTarget {
   // engine: a new process, so a saved state restores into a fresh context); nullptr where there is
   // none. `save-restore` restores its states there too.
   virtual std::unique_ptr<DecodeTarget> second_instance() const { return nullptr; }
+  // A sequence decoded speculatively (op "speculate"): the ids, the logits each was chosen from and the
+  // acceptance counts. std::logic_error where unsupported(Op::Speculate) says why not.
+  virtual SpeculativeRun speculate(const SpeculativeRequest& request);
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -193,6 +213,8 @@ class ModelTarget final : public DecodeTarget, public RowServing {
   int64_t restore_row(const std::string& state) override;
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;  // RowBatch::shift
   std::unique_ptr<DecodeTarget> second_instance() const override;      // a ModelTarget of its own
+  // speculative.h's decoder over a cache of this variant, the variant's SpeculativeRules.
+  SpeculativeRun speculate(const SpeculativeRequest& request) override;
 
  private:
   RowBatch& rows();
@@ -202,6 +224,8 @@ class ModelTarget final : public DecodeTarget, public RowServing {
   int64_t fed_ = 0;  // tokens fed since the last reset: the next step's position
   props::SamplerUnderTest sampler_;
   std::unique_ptr<RowBatch> rows_;  // made on first use; `reset` ends it
+  std::unique_ptr<SpeculativeDecoder> speculative_;            // made on first use (speculate)
+  std::map<std::string, std::unique_ptr<Drafter>> drafters_;   // by draft kind (a model draft by its weights)
 };
 
 // Row b = `row` (1, T0) with every id shifted by `stride` x b (mod vocab): a batch of `rows`

@@ -36,6 +36,9 @@ struct VerifyOptions {
   // catch it; about three times the matrix's time). Default: through the rows that must catch it and
   // `tokens` (the greedy run the others share), which is what the verdict gates on.
   bool full_matrix = false;
+  // Also the rows of statistical power (Tag::Deep: spec-distribution's chi-square draws, minutes on two
+  // cores); left out by default, saying so.
+  bool deep = false;
   std::function<void(const std::string&)> progress;  // one line at a time; may be called from several threads
 };
 

@@ -1,0 +1,585 @@
+// The speculative-decoding rows (docs/SPEC.md section 11, docs/speculative.md): a target's own
+// draft-and-verify decoding (op "speculate") held to plain decoding and to the target's exact
+// distribution.
+//  - spec-greedy: temperature 0 is plain greedy, id for id, past the window, and every new id's logits
+//    from a k + 1 token verify step are a one-token step's (our reference over the same sequence), for
+//    a draft always right (the target's own weights: 100% accepted, asserted), never right (0%,
+//    asserted), prompt lookup and the trained draft, at k = 4, 1 and 8;
+//  - spec-seeded: sample-and-match at temperature > 0 is plain seeded decoding, draw for draw;
+//  - spec-stops: a stop id inside an accepted block ends the output there, a token budget inside a
+//    block gives exactly the budget, and plain steps after either go on as after plain decoding; the
+//    penalty's history is the accepted ids;
+//  - spec-cache: rounds that each rejected every draft, and plain steps on the same cache after them, are
+//    our reference's over the same sequence (what a rollback left behind shows there);
+//  - spec-distribution (deep): the exact rule's first two ids, by chi-square, against the target's exact
+//    probabilities from our uncached model - marginal, joint, and after a rejection.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "rows.h"
+#include "tinygpt/generate.h"
+#include "tinygpt/speculative.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+// spec-greedy's k. The never-right draft runs at the first only, to the window's edge and 32 past it: it
+// reads row 0 of each verify step alone (the round ends at its first draft), which the always-right draft
+// reads at every width too, and every one of its rounds is a rollback (what spec-cache also drives).
+constexpr int64_t kWidths[] = {4, 1, 8};
+const char* const kGreedyDrafts[] = {"self", "contrary", "model", "ngram"};
+constexpr int64_t kContraryPast = 32;
+const char* const kSeededDrafts[] = {"self", "model", "ngram"};
+constexpr int64_t kSeededK = 2;
+constexpr int64_t kStopK = 8;       // a stop inside a block of 8 accepted drafts
+constexpr int64_t kBudget = 13;     // a budget inside the second block of 9
+constexpr int64_t kThenPlain = 16;  // plain steps after a speculative run, on its cache
+constexpr double kPenalty = 3.0;  // strong enough that a greedy run moves on from ids it has seen: drafts the history lacks
+constexpr int64_t kPenaltyTokens = 48;
+constexpr int64_t kCacheK = 4;
+// spec-distribution: a bias D = sum((p' - p)^2 / p) of kBias found with kSigmas of power at a false
+// alarm rate of kFalseAlarm per test.
+constexpr double kBias = 0.01, kSigmas = 3.0, kFalseAlarm = 1e-6;
+constexpr double kZFalseAlarm = 4.753424;  // the standard normal's upper 1e-6 quantile
+constexpr int64_t kDistributionK = 1;      // one draft a round: accepted (then the bonus) or rejected (then the residual)
+// The distribution's prompt: the main prompt and the first ids of the target's own greedy run from it, so
+// the draft sees text it has learned (after the bare prompt ids a draft may put its mass where the target
+// puts none, and every first draft is rejected).
+constexpr int64_t kDistributionContext = 8;
+
+std::vector<int64_t> row0(const at::Tensor& t) {
+  const at::Tensor r = t.to(at::kCPU).select(0, 0).contiguous();
+  return std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+}
+
+std::vector<int64_t> prompt_of(const CheckContext& c) { return row0(c.opts.prompt); }
+
+SpeculativeSettings greedy_settings(int64_t k) {
+  SpeculativeSettings s;
+  s.k = k;
+  s.sampling.temperature = 0;
+  return s;
+}
+
+SpeculativeRequest request(const CheckContext& c, const std::string& draft, int64_t n, const SpeculativeSettings& s, int64_t then = 0,
+                           std::vector<int64_t> prompt = {}) {
+  SpeculativeRequest q;
+  q.prompt = prompt.empty() ? prompt_of(c) : std::move(prompt);
+  q.n = n;
+  q.draft = draft;
+  q.draft_model = c.opts.draft;
+  q.settings = s;
+  q.then_plain = then;
+  return q;
+}
+
+std::string pct(double x) {
+  char b[16];
+  std::snprintf(b, sizeof b, "%.0f%%", 100 * x);
+  return b;
+}
+
+// A run's new logits (and those of the plain steps after it) against the banded reference over its own
+// sequence (prompt + ids + then_ids), judged by the bound in force (judge.h: --max-kl / --min-top1 when
+// set): "" when within it, else why not. The row's statistics keep the largest |diff| and the bound.
+std::string off_reference(CheckContext& c, CheckResult& r, const std::vector<int64_t>& prompt, const SpeculativeRun& run) {
+  std::vector<int64_t> seq = prompt;
+  seq.insert(seq.end(), run.ids.begin(), run.ids.end());
+  seq.insert(seq.end(), run.then_ids.begin(), run.then_ids.end());
+  at::Tensor got = run.logits;  // (m, V)
+  if (run.then_logits.defined()) got = at::cat({got, run.then_logits}, 0);
+  const int64_t m = got.size(0), T0 = static_cast<int64_t>(prompt.size());
+  const StepReference ref = reference_for(c.model, at::tensor(seq, at::kLong).unsqueeze(0).to(c.opts.prompt.device()), T0, m);
+  const StepDiffs d = compare_steps(got.unsqueeze(0).to(ref.band.device()), ref.band, T0 - 1, c.tol().logits);
+  const Verdict v = judge(d, c.tol());
+  r.bound = v.bound;
+  r.stats["max_abs_diff"] = std::max(r.stats.count("max_abs_diff") ? r.stats["max_abs_diff"] : 0.0, d.worst);
+  if (!v.ok && v.first_over && !r.stats.count("first_over")) r.stats["first_over"] = static_cast<double>(d.first_position) + static_cast<double>(*v.first_over);
+  return v.ok ? "" : v.why + " (" + std::to_string(m) + " new ids against our reference over the same sequence)";
+}
+
+// A run's logits (m, V) against the target's own plain run's at the same positions (m, V): the verify
+// step's width must not change what a position computes. "" when within `tol`, else where it is over.
+std::string off_plain(const at::Tensor& got, const at::Tensor& plain, double tol, double& worst) {
+  const at::Tensor diff = (got.to(at::kCPU) - plain.to(at::kCPU)).abs().amax(-1);  // (m)
+  const int64_t m = diff.size(0);
+  for (int64_t i = 0; i < m; ++i) {
+    const double d = diff[i].item<double>();
+    worst = std::max(worst, d);
+    if (!(d <= tol)) return "new id " + std::to_string(i) + "'s logits differ from the plain run's by " + sci(d) + " (bound " + sci(tol) + ")";
+  }
+  return "";
+}
+
+// The first index where two id lists part (the shorter's length when one is a prefix of the other).
+size_t parting(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return i;
+}
+
+std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
+  std::string s;
+  for (size_t i = from; i < std::min(v.size(), from + n); ++i) s += (s.empty() ? "" : ",") + std::to_string(v[i]);
+  return "[" + s + "]";
+}
+
+}  // namespace
+
+// --- spec-greedy ---
+
+void spec_greedy_check(CheckContext& c, CheckResult& r) {
+  const Generation& main = c.main();
+  const std::vector<int64_t> prompt = prompt_of(c);
+  const int64_t T0 = static_cast<int64_t>(prompt.size()), n = c.opts.tokens;
+  const std::vector<int64_t> all = row0(main.seq);
+  const std::vector<int64_t> plain_ids(all.begin() + T0, all.end());
+  const at::Tensor band = c.main_reference().band.select(0, 0);  // (n, V): our reference over the plain run
+  std::string summary, skipped;
+  int runs = 0;
+  for (int64_t k : kWidths) {
+    for (const char* draft : kGreedyDrafts) {
+      if (std::string(draft) == "model" && !c.opts.draft) {
+        if (k == kWidths[0]) skipped = "; no trained draft (golden/draft.safetensors): the model draft left out";
+        continue;
+      }
+      const bool contrary = std::string(draft) == "contrary";
+      if (contrary && k != kWidths[0]) continue;
+      const int64_t len = contrary ? std::min(n, c.model->config().context + kContraryPast) : n;
+      const SpeculativeRun run = c.target.speculate(request(c, draft, len, greedy_settings(k)));
+      ++runs;
+      const std::string what = std::string(draft) + " draft at k = " + std::to_string(k);
+      const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
+      const size_t at = parting(run.ids, plain);
+      const bool parted = at < plain.size() || run.ids.size() != plain.size();
+      // The logits up to the parting (its own position too: the sequence before it is the same), by the bound in force.
+      SpeculativeRun judged = run;
+      const int64_t m = std::min<int64_t>(static_cast<int64_t>(at) + 1, static_cast<int64_t>(run.ids.size()));
+      judged.ids.resize(static_cast<size_t>(m));
+      judged.logits = run.logits.narrow(0, 0, m);
+      const std::string off = off_reference(c, r, prompt, judged);
+      if (!off.empty()) {
+        set_result(r, false, what + ": the verify step's logits are not a one-token step's: " + off);
+        return;
+      }
+      // Judged by the distribution (--max-kl, --min-top1), the logits are the verdict: the ids may part where
+      // they allow. Otherwise the ids are plain greedy's, but at a near-tie within the bound's reach.
+      if (!c.tol().by_distribution()) {
+        const double margin = at < plain.size() ? top2_margin(band[static_cast<int64_t>(at)]) : 0;
+        if (parted && (at >= run.ids.size() || margin > 2 * c.tol().logits)) {
+          set_result(r, false, what + ": the ids part from plain greedy at new id " + std::to_string(at) + " (position " +
+                                   std::to_string(T0 + static_cast<int64_t>(at)) + "): " + ids_text(run.ids, at, 4) + " against " +
+                                   ids_text(plain, at, 4) + (at < plain.size() ? ", the reference's top-2 margin there " + sci(margin) : "") +
+                                   "; " + std::to_string(run.ids.size()) + " ids of " + std::to_string(len));
+          r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
+          return;
+        }
+        if (!parted && std::string(draft) == "self" && run.accepted != run.drafted) {
+          set_result(r, false, what + ": the target drafting for itself had " + std::to_string(run.accepted) + " of " +
+                                   std::to_string(run.drafted) + " drafts accepted at temperature 0 (every one is right)");
+          return;
+        }
+        if (!parted && contrary && run.accepted != 0) {
+          set_result(r, false, what + ": " + std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
+          return;
+        }
+      }
+      if (k == kWidths[0]) {
+        summary += (summary.empty() ? "" : ", ") + std::string(draft) + " " + pct(run.acceptance());
+        r.stats[std::string("acceptance_") + draft] = run.acceptance();
+        r.stats[std::string("mean_accepted_length_") + draft] = run.mean_accepted_length();
+      }
+    }
+  }
+  r.figure = r.stats["max_abs_diff"];
+  set_result(r, true, std::to_string(runs) + " speculative runs of " + std::to_string(n) + " greedy ids at k = " + list_text({4, 1, 8}) +
+                          " (the never-right draft at k = " + std::to_string(kWidths[0]) + ", to position " +
+                          std::to_string(T0 + std::min(n, c.model->config().context + kContraryPast)) +
+                          "): every one plain greedy id for id, every new id's logits within " + sci(c.tol().logits) +
+                          " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " + std::to_string(kWidths[0]) + ": " + summary +
+                          skipped);
+}
+
+// --- spec-seeded ---
+
+void spec_seeded_check(CheckContext& c, CheckResult& r) {
+  const std::vector<int64_t> prompt = prompt_of(c);
+  const int64_t T0 = static_cast<int64_t>(prompt.size());
+  const int64_t n = std::min(c.opts.tokens, c.model->config().context + 32);
+  SpeculativeSettings s;
+  s.k = kSeededK;
+  s.rule = AcceptRule::SampleAndMatch;
+  s.sampling = c.opts.sampling;
+  s.seed = c.opts.sampling_seed;
+  const at::Tensor p = at::tensor(prompt, at::kLong).unsqueeze(0).to(c.opts.prompt.device());
+  const Generation plain = c.target.generate(p, n, sampler(s.sampling, make_generator(c.opts.prompt.device(), s.seed)));
+  const std::vector<int64_t> all = row0(plain.seq), want(all.begin() + T0, all.end());
+  double worst = 0;
+  std::string summary;
+  for (const char* draft : kSeededDrafts) {
+    if (std::string(draft) == "model" && !c.opts.draft) continue;
+    const SpeculativeRun run = c.target.speculate(request(c, draft, n, s));
+    const size_t at = parting(run.ids, want);
+    if (at < want.size() || run.ids.size() != want.size()) {
+      set_result(r, false, std::string(draft) + " draft, sample-and-match, seed " + std::to_string(s.seed) +
+                               ": the ids part from plain seeded decoding at new id " + std::to_string(at) + ": " +
+                               ids_text(run.ids, at, 4) + " against " + ids_text(want, at, 4));
+      r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
+      return;
+    }
+    const std::string off = off_plain(run.logits, plain.logits.select(0, 0), c.tol().self, worst);
+    if (!off.empty()) {
+      set_result(r, false, std::string(draft) + " draft, sample-and-match: " + off);
+      return;
+    }
+    summary += (summary.empty() ? "" : ", ") + std::string(draft) + " " + pct(run.acceptance());
+  }
+  r.figure = worst;
+  set_result(r, true, "sample-and-match at " + s.sampling.to_string() + ", seed " + std::to_string(s.seed) + ", k = " +
+                          std::to_string(kSeededK) + ": " + std::to_string(n) + " ids equal to plain seeded decoding's for each draft (" +
+                          summary + " accepted); each id's logits within " + sci(c.tol().self) + " of the plain run's (worst " +
+                          sci(worst) + ")");
+}
+
+// --- spec-stops ---
+
+void spec_stops_check(CheckContext& c, CheckResult& r) {
+  const Generation& main = c.main();
+  const std::vector<int64_t> prompt = prompt_of(c);
+  const int64_t T0 = static_cast<int64_t>(prompt.size());
+  const std::vector<int64_t> all = row0(main.seq), plain(all.begin() + T0, all.end());
+  double worst = 0;
+  // A stop id accepted inside the first block: the first id of the plain run, from its third on, seen
+  // there for the first time (not the round's last id, the one the target adds); in a run of one
+  // repeated id, that id, which ends the output at its first id (the first of a block all the same).
+  size_t at = 2;
+  while (at < plain.size() &&
+         (std::find(plain.begin(), plain.begin() + static_cast<int64_t>(at), plain[at]) != plain.begin() + static_cast<int64_t>(at) ||
+          (at + 1) % static_cast<size_t>(kStopK + 1) == 0))
+    ++at;
+  if (at >= std::min<size_t>(plain.size(), kStopK)) at = 0;
+  const int64_t then = std::min<int64_t>(kThenPlain, c.opts.tokens - static_cast<int64_t>(std::max<size_t>(at + 1, kBudget)));
+  if (static_cast<int64_t>(plain.size()) < kBudget || then < 1) {
+    r.status = Status::Skipped;
+    r.detail = "the run is too short: " + std::to_string(kBudget + 1) + " ids or more are needed";
+    return;
+  }
+  SpeculativeSettings s = greedy_settings(kStopK);
+  s.stop = {plain[at]};
+  const SpeculativeRun stopped = c.target.speculate(request(c, "self", c.opts.tokens, s, then));
+  const std::vector<int64_t> want(plain.begin(), plain.begin() + static_cast<int64_t>(at) + 1);
+  if (stopped.ids != want) {
+    set_result(r, false, "stop id " + std::to_string(plain[at]) + " (new id " + std::to_string(at) + ", accepted inside a block of " +
+                             std::to_string(kStopK) + "): the output was " + std::to_string(stopped.ids.size()) + " ids " +
+                             ids_text(stopped.ids, at, 4) + "..., not the " + std::to_string(want.size()) + " ids up to the stop");
+    r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(std::min(at + 1, stopped.ids.size())) - 1);
+    return;
+  }
+  // Plain steps after it go on as plain decoding did: the cache holds exactly the ids emitted.
+  const at::Tensor plain_logits = main.logits.select(0, 0);  // (n, V)
+  auto goes_on = [&](const SpeculativeRun& run, const std::string& what) {
+    const size_t from = run.ids.size();
+    const std::vector<int64_t> next(plain.begin() + static_cast<int64_t>(from), plain.begin() + static_cast<int64_t>(from + run.then_ids.size()));
+    if (run.then_ids != next) {
+      set_result(r, false, "plain steps after " + what + ": " + ids_text(run.then_ids, 0, 4) + " against plain greedy's " + ids_text(next, 0, 4));
+      r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(from) - 1);
+      return false;
+    }
+    const at::Tensor got = at::cat({run.logits, run.then_logits}, 0);  // (m, V)
+    const std::string off = off_plain(got, plain_logits.narrow(0, 0, got.size(0)), c.tol().self, worst);
+    if (!off.empty()) set_result(r, false, "a run with " + what + " and plain steps after it against the plain run: " + off);
+    return off.empty();
+  };
+  if (!goes_on(stopped, "a stop inside a block")) return;
+  const SpeculativeRun budget = c.target.speculate(request(c, "self", kBudget, greedy_settings(kStopK), then));
+  if (budget.ids != std::vector<int64_t>(plain.begin(), plain.begin() + kBudget)) {
+    set_result(r, false, "a budget of " + std::to_string(kBudget) + " ids (inside the second block of " + std::to_string(kStopK + 1) +
+                             "): the output was " + std::to_string(budget.ids.size()) + " ids");
+    r.stats["first_over"] = static_cast<double>(T0 + std::min<int64_t>(kBudget, static_cast<int64_t>(budget.ids.size())) - 1);
+    return;
+  }
+  if (!goes_on(budget, "a budget inside a block")) return;
+  // The penalty's history: the accepted ids, never the drafted ones.
+  const int64_t np = std::min(kPenaltyTokens, c.opts.tokens);
+  SpeculativeSettings pen = greedy_settings(4);
+  pen.sampling.penalty = kPenalty;
+  const at::Tensor p = at::tensor(prompt, at::kLong).unsqueeze(0).to(c.opts.prompt.device());
+  const Generation plain_pen = c.target.generate(p, np, sampler(pen.sampling));
+  const std::vector<int64_t> pall = row0(plain_pen.seq), pwant(pall.begin() + T0, pall.end());
+  const SpeculativeRun penalised = c.target.speculate(request(c, "self", np, pen));
+  const size_t pat = parting(penalised.ids, pwant);
+  if (pat < pwant.size() || penalised.ids.size() != pwant.size()) {
+    set_result(r, false, "greedy with penalty " + std::to_string(kPenalty).substr(0, 3) + ": the ids part from plain decoding's at new id " + std::to_string(pat) +
+                             ": " + ids_text(penalised.ids, pat, 4) + " against " + ids_text(pwant, pat, 4));
+    r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(pat) - 1);
+    return;
+  }
+  r.figure = worst;
+  set_result(r, true, "stop id " + std::to_string(plain[at]) + " accepted at new id " + std::to_string(at) + " inside a block of " +
+                          std::to_string(kStopK) + " ends the output there, a budget of " + std::to_string(kBudget) +
+                          " gives " + std::to_string(kBudget) + " ids, and " + std::to_string(then) +
+                          " plain steps after each go on as plain greedy decoding (logits within " + sci(c.tol().self) + " of its, worst " + sci(worst) +
+                          "); with penalty " + std::to_string(kPenalty).substr(0, 3) + ", " +
+                          std::to_string(np) + " greedy ids equal plain decoding's");
+}
+
+// --- spec-cache ---
+
+void spec_cache_check(CheckContext& c, CheckResult& r) {
+  const std::vector<int64_t> prompt = prompt_of(c);
+  const int64_t T0 = static_cast<int64_t>(prompt.size());
+  // Rounds that reject every draft until past the window, then plain steps on the same cache.
+  const int64_t total = std::min(c.opts.tokens, c.model->config().context + kPastTheWindow);
+  const int64_t then = std::min<int64_t>(kThenPlain, total - 1), n = total - then;
+  const SpeculativeRun run = c.target.speculate(request(c, "contrary", n, greedy_settings(kCacheK), then));
+  if (!c.tol().by_distribution() && run.accepted != 0) {
+    set_result(r, false, std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
+    return;
+  }
+  // Judged over the run's own sequence: entries left behind or a window not restored move the logits.
+  const std::string off = off_reference(c, r, prompt, run);
+  if (!off.empty()) {
+    set_result(r, false, "after " + std::to_string(run.rounds) + " rounds that rejected " + std::to_string(run.drafted) +
+                             " drafts, the rounds and the plain steps on the same cache: " + off);
+    return;
+  }
+  r.figure = r.stats["max_abs_diff"];
+  set_result(r, true, std::to_string(run.rounds) + " rounds rejected all " + std::to_string(run.drafted) + " drafts (k = " +
+                          std::to_string(kCacheK) + ") to position " + std::to_string(T0 + n) + "; they and " + std::to_string(then) +
+                          " plain steps on the same cache within " + sci(c.tol().logits) + " of our reference (worst " +
+                          sci(*r.figure) + ")");
+}
+
+// --- spec-distribution ---
+
+namespace {
+
+// The chi-square's upper quantile at `alpha` (Wilson-Hilferty; slightly above the exact one at small df).
+double chi2_critical(int64_t df, double z) {
+  const double d = static_cast<double>(df), a = 2.0 / (9.0 * d);
+  return d * std::pow(1.0 - a + z * std::sqrt(a), 3);
+}
+
+// One chi-square test: observed counts against expected ones, cells of expected >= 5, the rest pooled.
+struct ChiSquare {
+  std::string name;
+  int64_t draws = 0, df = 0;
+  double statistic = 0, critical = 0, power_sigmas = 0;  // power: (lambda + df - critical) / sd at D = kBias
+  bool ok() const { return statistic <= critical; }
+};
+
+template <class Key>
+ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expected, const std::map<Key, int64_t>& observed, int64_t draws) {
+  ChiSquare t;
+  t.name = name;
+  t.draws = draws;
+  double rest_e = 0, rest_o = 0;
+  int64_t cells = 0;
+  for (const auto& [key, e] : expected) {
+    const auto it = observed.find(key);
+    const double o = it == observed.end() ? 0.0 : static_cast<double>(it->second);
+    if (e >= 5) {
+      t.statistic += (o - e) * (o - e) / e;
+      ++cells;
+    } else {
+      rest_e += e, rest_o += o;
+    }
+  }
+  for (const auto& [key, o] : observed)  // an outcome of probability 0 goes to the rest
+    if (!expected.count(key)) rest_o += static_cast<double>(o);
+  if (rest_e >= 5 || (rest_o > 0 && rest_e > 0)) {
+    t.statistic += (rest_o - rest_e) * (rest_o - rest_e) / std::max(rest_e, 1e-12);
+    ++cells;
+  } else if (rest_o > 0) {
+    t.statistic = std::numeric_limits<double>::infinity();  // drawn where the target's probability is 0
+  }
+  t.df = std::max<int64_t>(1, cells - 1);
+  t.critical = chi2_critical(t.df, kZFalseAlarm);
+  const double lambda = kBias * static_cast<double>(draws), df = static_cast<double>(t.df);
+  t.power_sigmas = (lambda + df - t.critical) / std::sqrt(2 * (df + 2 * lambda));
+  return t;
+}
+
+std::string chi_text(const ChiSquare& t) {
+  char b[200];
+  std::snprintf(b, sizeof b, "%s: chi2 %.1f, df %lld, critical %.1f (%lld draws, power %.1f sigma at D = %.2f)", t.name.c_str(), t.statistic,
+                static_cast<long long>(t.df), t.critical, static_cast<long long>(t.draws), t.power_sigmas, kBias);
+  return b;
+}
+
+// The target's distribution of the id after `seq` through the sampler pipeline, from our uncached model.
+at::Tensor exact_probs(GPT& model, const std::vector<int64_t>& seq, const SamplingSettings& s) {
+  const at::Tensor ids = at::tensor(seq, at::kLong).unsqueeze(0).to(model->emb->weight.device());  // (1, T)
+  const at::Tensor last = model->forward_last(ids.size(1) > model->config().context ? ids.narrow(1, ids.size(1) - model->config().context,
+                                                                                                   model->config().context)
+                                                                                      : ids);  // (1, V)
+  return pipeline_probs(last[0], ids, s).to(at::kCPU, at::kDouble);  // (V)
+}
+
+}  // namespace
+
+void spec_distribution_check(CheckContext& c, CheckResult& r) {
+  std::vector<int64_t> prompt = prompt_of(c);
+  {
+    const std::vector<int64_t> main = row0(c.main().seq);
+    const int64_t more = std::min<int64_t>(kDistributionContext, static_cast<int64_t>(main.size() - prompt.size()));
+    prompt.insert(prompt.end(), main.begin() + static_cast<int64_t>(prompt.size()), main.begin() + static_cast<int64_t>(prompt.size()) + more);
+  }
+  SpeculativeSettings s;
+  s.k = kDistributionK;
+  s.sampling = c.opts.sampling;
+  const std::string draft = c.opts.draft ? "model" : "self";
+  // The exact distributions: the first id's, the second's after each first id, and (with a draft
+  // model) the residual a rejected first draft leaves, norm(max(0, p - q)).
+  const at::Tensor p1 = exact_probs(c.model, prompt, s.sampling);  // (V)
+  std::map<int64_t, at::Tensor> p2;
+  std::map<int64_t, double> e1;
+  std::vector<int64_t> support;
+  for (int64_t x = 0; x < p1.size(0); ++x)
+    if (p1[x].item<double>() > 0) support.push_back(x), e1[x] = p1[x].item<double>();
+  for (int64_t x : support) {
+    std::vector<int64_t> seq = prompt;
+    seq.push_back(x);
+    p2[x] = exact_probs(c.model, seq, s.sampling);
+  }
+  at::Tensor residual;
+  double beta = 0;  // the probability that the first draft is rejected
+  if (c.opts.draft) {
+    GPT draft_model = c.opts.draft;
+    const at::Tensor q1 = exact_probs(draft_model, prompt, s.sampling);
+    residual = (p1 - q1).clamp_min(0);
+    beta = residual.sum().item<double>();
+    if (beta > 0) residual = residual / beta;
+  }
+  // Draws: enough that the joint's test has kSigmas of power at D = kBias (its cells set its df).
+  // The second id's probabilities after each first one, as (y, p) pairs with p > 0.
+  std::map<int64_t, std::vector<std::pair<int64_t, double>>> second;
+  for (int64_t x : support) {
+    const at::Tensor q = p2.at(x).contiguous();
+    const double* v = q.data_ptr<double>();
+    for (int64_t y = 0; y < q.size(0); ++y)
+      if (v[y] > 0) second[x].emplace_back(y, v[y]);
+  }
+  auto joint_expected = [&](double scale, const std::function<double(int64_t)>& first) {
+    std::map<std::pair<int64_t, int64_t>, double> e;
+    for (int64_t x : support) {
+      const double f = first(x);
+      if (f <= 0) continue;
+      for (const auto& [y, v] : second.at(x)) e[{x, y}] = scale * f * v;
+    }
+    return e;
+  };
+  std::vector<double> rej_first(static_cast<size_t>(p1.size(0)), 0.0);
+  if (residual.defined())
+    for (int64_t x : support) rej_first[static_cast<size_t>(x)] = residual[x].item<double>();
+  // Draws: enough that each position's test - the first id's and the first two's - has kSigmas of power
+  // at D = kBias (their cells set their df; the joint's needs more). The test after a rejection runs on
+  // the share of draws that have one, its power said as it is.
+  int64_t N = c.opts.spec_draws;
+  if (N == 0) {
+    const std::map<std::pair<int64_t, int64_t>, int64_t> none;
+    for (N = 2000; N < 1000000; N = N * 5 / 4) {
+      const auto joint = joint_expected(static_cast<double>(N), [&](int64_t x) { return e1.at(x); });
+      if (chi_square("joint", joint, none, N).power_sigmas >= kSigmas) break;
+    }
+  }
+  std::map<int64_t, int64_t> o1;
+  std::map<int64_t, int64_t> orej;  // the id drawn after a rejected first draft
+  std::map<std::pair<int64_t, int64_t>, int64_t> o12;
+  int64_t rejected = 0, drafted = 0, accepted = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    s.seed = static_cast<uint64_t>(i);
+    const SpeculativeRun run = c.target.speculate(request(c, draft, 2, s, 0, prompt));
+    if (run.ids.size() != 2) {
+      set_result(r, false, "draw " + std::to_string(i) + ": " + std::to_string(run.ids.size()) + " ids for a budget of 2");
+      return;
+    }
+    ++o1[run.ids[0]];
+    ++o12[{run.ids[0], run.ids[1]}];
+    drafted += run.drafted, accepted += run.accepted;
+    if (!run.accepted_per_round.empty() && run.accepted_per_round[0] == 0) ++rejected, ++orej[run.ids[0]];
+  }
+  std::vector<ChiSquare> tests;
+  std::map<int64_t, double> e1n;
+  for (const auto& [x, p] : e1) e1n[x] = p * static_cast<double>(N);
+  tests.push_back(chi_square("first id", e1n, o1, N));
+  tests.push_back(chi_square("first two ids", joint_expected(static_cast<double>(N), [&](int64_t x) { return e1.at(x); }), o12, N));
+  if (residual.defined() && rejected > 0) {
+    std::map<int64_t, double> er;
+    for (int64_t x : support)
+      if (rej_first[static_cast<size_t>(x)] > 0) er[x] = rej_first[static_cast<size_t>(x)] * static_cast<double>(rejected);
+    tests.push_back(chi_square("the id after a rejected first draft", er, orej, rejected));
+  }
+  std::string lines;
+  bool ok = true;
+  for (const auto& t : tests) {
+    lines += (lines.empty() ? "" : "; ") + chi_text(t);
+    ok = ok && t.ok();
+    r.stats["chi2_" + std::to_string(&t - tests.data())] = t.statistic;
+  }
+  r.stats["draws"] = static_cast<double>(N);
+  r.stats["acceptance"] = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0;
+  r.figure = tests.front().statistic;
+  const std::string what = "exact rule at " + s.sampling.to_string() + ", k = " + std::to_string(kDistributionK) + ", after " +
+                           std::to_string(prompt.size()) + " ids, " + draft +
+                           " draft (" + pct(drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0) +
+                           " accepted, first draft rejected in " + std::to_string(rejected) + " draws" +
+                           (c.opts.draft ? "" : "; no trained draft: the target's own weights, so no rejection is tested") + "): ";
+  set_result(r, ok, what + lines + (ok ? "" : " - over the critical value at a false alarm rate of 1e-6"));
+}
+
+// --- The rows of the check table (check_table.cpp lists them) ---
+
+CheckDef spec_greedy_def() {
+  return {check::kSpecGreedy,
+          "speculative decoding at temperature 0 is plain greedy decoding, id for id, past the window, and every new id's logits from "
+          "the k + 1 token verify step are a one-token step's (our reference) - a draft always right (100% accepted), prompt lookup and "
+          "the trained draft at k = 4, 1 and 8, and a draft never right (0%) at k = 4 to 32 past the window",
+          spec_greedy_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Runs,
+          "a verify step without its causal mask or at shifted positions, rejected entries left in the cache, a wrong accepted count, "
+          "the bonus id from the wrong position, every draft accepted"};
+}
+
+CheckDef spec_seeded_def() {
+  return {check::kSpecSeeded,
+          "sample-and-match speculative decoding at temperature > 0 with every sampler stage is plain seeded decoding, draw for draw, past "
+          "the window (one draw of the target's stream per new id)",
+          spec_seeded_check, static_cast<Tags>(Tag::PastWindow), Judge::Tokens, {Op::Speculate}, Cost::Runs,
+          "a speculative round that draws from another stream or another distribution than plain decoding, or a verify step whose "
+          "logits are not a one-token step's"};
+}
+
+CheckDef spec_stops_def() {
+  return {check::kSpecStops,
+          "a stop id accepted inside a block of " + std::to_string(kStopK) + " drafts ends the output there and a budget of " +
+              std::to_string(kBudget) + " ids gives exactly that, plain steps after either going on from exactly the ids emitted; with "
+              "a penalty the greedy ids are plain decoding's (the history is the accepted ids)",
+          spec_stops_check, 0, Judge::Tokens, {Op::Speculate}, Cost::Runs,
+          "ids emitted after a stop or past the budget (left in the cache too), drafted ids counted in the penalty's history"};
+}
+
+CheckDef spec_cache_def() {
+  return {check::kSpecCache,
+          "after speculative rounds that each rejected all " + std::to_string(kCacheK) +
+              " drafts to past the window, the rounds and 16 plain steps after them on the same cache are our reference's over the "
+              "same sequence (the cache holds exactly the ids emitted, every layer's window restored)",
+          spec_cache_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Run,
+          "rejected drafts left in the cache, a rollback that misses a layer (a sliding layer's history) or its window"};
+}
+
+CheckDef spec_distribution_def() {
+  return {check::kSpecDistribution,
+          "the exact acceptance rule leaves the target's distribution as it was: the first id, the first two, and the id drawn after a "
+          "rejected draft (from the residual), by chi-square against our uncached model's exact probabilities at a false alarm rate of 1e-6 each, the draws sized so "
+          "a bias D = sum((p' - p)^2 / p) of 0.01 at either position is found with 3 sigma of power",
+          spec_distribution_check, static_cast<Tags>(Tag::Deep), Judge::Law, {Op::Speculate}, Cost::Runs,
+          "an acceptance rule that is not min(1, p/q) (every draft accepted, the draft's random stream reused), q or p not the "
+          "distributions after the whole sampler pipeline, a residual not max(0, p - q) or not normalised, a penalty over drafted ids"};
+}
+
+}  // namespace tinygpt::checks

@@ -1,0 +1,162 @@
+// The speculative rows (checks/src/table/speculative.cpp) and their faults (checks/src/faults/
+// speculative.cpp): the production caches pass every row, every planted fault fails each row it names,
+// and on the shipped fixture the distribution row runs at the power it states and passes.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "small_model.h"
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/data.h"
+#include "tinygpt/checks/golden.h"
+#include "tinygpt/checks/target.h"
+
+namespace tinygpt::checks {
+namespace {
+
+const std::vector<std::string> kSpecRows = {check::kSpecGreedy, check::kSpecSeeded, check::kSpecStops, check::kSpecCache,
+                                            check::kSpecDistribution};
+
+// Random weights at the series' scale make greedy runs of one repeated id (nothing to stop at, no
+// drafted id the penalty has not seen); sharpened, the runs vary as a trained model's do.
+GPT sharp(uint64_t seed) {
+  GPT m(small_config(), seed);
+  m->eval();
+  at::NoGradGuard ng;
+  for (const auto& item : m->named_parameters())
+    if (item.key().find("norm") == std::string::npos) item.value().mul_(4.0);
+  return m;
+}
+
+// The target with its weights moved by noise: a draft that agrees with it often, not always.
+GPT perturbed(GPT& target, uint64_t seed) {
+  GPT d(small_config(), seed);
+  d->eval();
+  at::NoGradGuard ng;
+  auto theirs = target->named_parameters();
+  for (auto& item : d->named_parameters()) {
+    const at::Tensor t = theirs[item.key()];
+    item.value().copy_(t + 0.35 * t.std() * at::randn_like(t));
+  }
+  return d;
+}
+
+class SpeculativeRows : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::manual_seed(5);
+    draft = perturbed(model, 12);
+    opts.prompt = at::tensor({1, 2, 3}, at::kLong).unsqueeze(0);
+    opts.tokens = 80;  // 2.5 windows
+    opts.draft = draft;
+    // The distribution at 4,000 draws: this random model's flat distributions would need ten times more
+    // for the stated power (df over 1,000 in the joint); its false alarm rate is the row's, 1e-6 per test.
+    // The fixture's test below runs it at its stated power.
+    opts.spec_draws = 4000;
+  }
+  GPT model = sharp(11);
+  GPT draft{nullptr};
+  EquivalenceOptions opts;
+};
+
+// Both production caches pass every speculative row.
+TEST_F(SpeculativeRows, ProductionCachesPassEveryRow) {
+  const Reference ref = build_reference(model, opts);
+  for (const char* cache : {"rolling", "static"}) {
+    ModelTarget target(model, cache_registry().get(cache));
+    const auto r = run_checks(model, opts, target, kSpecRows, &ref);
+    ASSERT_EQ(r.checks.size(), kSpecRows.size());
+    for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Pass) << cache << " " << c.name << ": " << c.detail;
+    const CheckResult& greedy = r.checks[0];
+    EXPECT_EQ(greedy.stats.at("acceptance_self"), 1.0) << "the target drafting for itself is always right at temperature 0";
+    EXPECT_EQ(greedy.stats.at("acceptance_contrary"), 0.0);
+    EXPECT_GT(greedy.stats.at("acceptance_model"), 0.0);
+    EXPECT_LT(greedy.stats.at("acceptance_model"), 1.0);
+    const CheckResult& dist = r.checks[4];
+    EXPECT_EQ(dist.stats.at("draws"), 4000.0);
+    EXPECT_NE(dist.detail.find("after a rejected first draft"), std::string::npos) << dist.detail;
+  }
+}
+
+// Every planted fault of a speculative round fails every row it names (the distribution's at fewer
+// draws than its stated power: these faults are far over the bias it is sized for).
+TEST_F(SpeculativeRows, EveryPlantedFaultFailsItsRows) {
+  const Reference ref = build_reference(model, opts);
+  int faults = 0;
+  for (const CacheVariant* f : cache_registry().all(/*faults=*/true)) {
+    if (!f->speculative) continue;
+    ++faults;
+    ModelTarget target(model, *f);
+    const auto r = run_checks(model, opts, target, f->expected, &ref);
+    for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Fail) << f->name << ": " << c.name << " must catch it; " << c.detail;
+  }
+  EXPECT_GE(faults, 14);
+}
+
+// The exact rule's negative controls pass every row but the distribution's: greedy decoding, seeded
+// sample-and-match and the stops cannot see them.
+TEST_F(SpeculativeRows, DistributionFaultsHideFromEveryOtherRow) {
+  const Reference ref = build_reference(model, opts);
+  for (const char* name : {"spec-acceptance-from-draft-stream", "spec-residual-is-p", "spec-residual-unnormalised", "spec-q-from-raw-logits"}) {
+    ModelTarget target(model, cache_registry().get(name));
+    const auto r = run_checks(model, opts, target, {check::kSpecGreedy, check::kSpecSeeded, check::kSpecStops, check::kSpecCache}, &ref);
+    for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Pass) << name << ": " << c.name << ": " << c.detail;
+  }
+}
+
+// A target without speculative decoding skips every row, saying why.
+TEST_F(SpeculativeRows, TheRowsSkipWhereTheTargetCannotRollBack) {
+  CacheVariant ring;
+  ring.name = "no-rollback";
+  ring.description = "a cache without truncate";
+  struct NoTruncate final : KVCache {
+    RollingKVCache inner;
+    explicit NoTruncate(const Config& c) : inner(c) {}
+    std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override { return inner.update(l, k, v); }
+    void reset() override { inner.reset(); }
+    int64_t length() const override { return inner.length(); }
+    int64_t bytes() const override { return inner.bytes(); }
+  };
+  ring.make_cache = [](const Config& c) { return std::make_unique<NoTruncate>(c); };
+  ModelTarget target(model, ring);
+  const auto r = run_checks(model, opts, target, kSpecRows);
+  for (const auto& c : r.checks) {
+    EXPECT_EQ(c.status, Status::Skipped) << c.name << ": " << c.detail;
+    EXPECT_NE(c.detail.find("clone and truncate"), std::string::npos) << c.detail;
+  }
+}
+
+// On the shipped fixture with its trained draft: the distribution row sizes its draws for 3 sigma of
+// power at D = 0.01 at each position (the first id, the first two), tests the two after a rejection too,
+// and passes.
+TEST(SpeculativeFixture, DistributionRowRunsAtItsStatedPower) {
+  Fixture fx = load_fixture(data_dir(), at::kCPU);
+  ASSERT_TRUE(fx.draft) << "golden/draft.safetensors is shipped with the fixture";
+  EquivalenceOptions o;
+  o.prompt = main_prompt();
+  o.tokens = 16;
+  o.draft = fx.draft;
+  ModelTarget target(fx.model, cache_registry().get("rolling"));
+  const auto r = run_checks(fx.model, o, target, {check::kSpecDistribution});
+  const CheckResult& c = r.checks.at(0);
+  EXPECT_EQ(c.status, Status::Pass) << c.detail;
+  EXPECT_EQ(c.detail.find("no trained draft"), std::string::npos) << c.detail;
+  // Three tests, the first two (a position each) with at least 3 sigma of power: "power 3.4 sigma".
+  std::cout << c.detail << "\n";
+  size_t at = 0;
+  int tests = 0;
+  while ((at = c.detail.find("power ", at)) != std::string::npos) {
+    if (tests < 2) EXPECT_GE(std::stod(c.detail.substr(at + 6)), 3.0) << c.detail;
+    ++tests, ++at;
+  }
+  EXPECT_EQ(tests, 3) << c.detail;
+  EXPECT_GT(c.stats.at("acceptance"), 0.1);
+  EXPECT_LT(c.stats.at("acceptance"), 0.9);
+}
+
+}  // namespace
+}  // namespace tinygpt::checks
