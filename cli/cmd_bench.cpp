@@ -7,6 +7,9 @@
 #include <unistd.h>
 
 #include "tinygpt/tools/bench.h"
+#include "tinygpt/tools/spec_bench.h"
+#include "tinygpt/checkpoint.h"
+#include "tinygpt/checks/data.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "model_source.h"
@@ -32,6 +35,9 @@ Command add_bench(CLI::App& app) {
     int64_t profile_batch = 1;
     std::string vs_engine;
     tools::VsEngineOptions vs;
+    bool speculative = false;
+    tools::SpecBenchOptions spec;
+    std::string draft;
     double timeout_s = 120;
   };
   auto o = std::make_shared<Opts>();
@@ -50,7 +56,11 @@ Command add_bench(CLI::App& app) {
       "With --vs-engine CMD: ours against a conform engine's own decode loop instead (the protocol's 'bench'\n"
       "request; the llama.cpp adapter and the example engine have it): the --checkpoint (default: the fixture),\n"
       "--batch, --steps decode steps after a --prompt-len prompt, --threads for both, best of --reps interleaved\n"
-      "runs; prints the ratio, each side's share of the machine's bound and whether their greedy tokens agree.");
+      "runs; prints the ratio, each side's share of the machine's bound and whether their greedy tokens agree.\n"
+      "With --speculative: the same table for speculative decoding (docs/speculative.md) on a TRAINED target\n"
+      "(default: the shipped fixture, its draft golden/draft.safetensors): plain cached greedy against draft-and-\n"
+      "verify per --spec-draft x --batch x --k x --thread-sweep, with the acceptance rate, ids per round and whether\n"
+      "the ids are plain greedy's; --tokens is one count here (new ids per row, default 256).");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
@@ -71,10 +81,16 @@ Command add_bench(CLI::App& app) {
       ->capture_default_str()->check(kPositive);
   cmd->add_option("--timeout", o->timeout_s, "--vs-engine: seconds to wait for each engine answer")->capture_default_str()
       ->check(kPositive);
+  cmd->add_flag("--speculative", o->speculative, "time speculative decoding against plain decoding instead (see above)");
+  cmd->add_option("--spec-draft", o->spec.drafts, "--speculative: drafts, comma-separated: model (--draft), ngram, self")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--k", o->spec.widths, "--speculative: draft lengths, comma-separated")->delimiter(',')->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--draft", o->draft, "--speculative: the draft model's checkpoint (default: golden/draft.safetensors with the fixture)");
   cmd->add_option("--json", o->json, "write {machine, rows, memory, peak_rss_bytes[, profile]} here (atomically)");
   add_model_options(cmd, o->model);
   add_run_options(cmd, o->run);
-  return {cmd, [o] {
+  return {cmd, [o, cmd] {
             const c10::Device dev = apply_run_options(o->run);
             o->bench.uncached = !o->no_uncached;
             for (const auto& c : o->bench.caches) checks::cache_registry().get(c);  // unknown names fail before timing
@@ -100,6 +116,30 @@ Command add_bench(CLI::App& app) {
                 std::cerr << "tinygpt: error: " << e.what() << "\n";
                 return int(kBadInput);
               }
+              if (tty) std::cerr << "\r\033[K";
+              std::cout << rep.format();
+              if (!o->json.empty()) results::write_json_atomically(o->json, rep.to_json());
+              return int(kOk);
+            }
+            if (o->speculative) {
+              tools::SpecBenchOptions so = o->spec;
+              so.batches = cmd->count("--batch") ? o->bench.batches : so.batches;
+              if (cmd->count("--tokens")) {
+                if (o->bench.tokens.size() != 1) throw std::invalid_argument("bench --speculative: one --tokens count");
+                so.tokens = o->bench.tokens.front();
+              }
+              so.thread_counts = o->bench.thread_counts;
+              const bool fixture = o->model.checkpoint.empty() && o->model.model.empty();
+              ModelSource src = o->model;
+              if (fixture) src.checkpoint = checks::data_dir() + "/fixture.safetensors";
+              GPT target = load_model(src, dev);
+              std::string draft_path = o->draft.empty() && fixture ? checks::data_dir() + "/draft.safetensors" : o->draft;
+              GPT draft{nullptr};
+              if (!draft_path.empty()) {
+                draft = load_checkpoint(draft_path, dev);
+                draft->eval();
+              }
+              const auto rep = tools::run_spec_bench(target, draft, so, progress);
               if (tty) std::cerr << "\r\033[K";
               std::cout << rep.format();
               if (!o->json.empty()) results::write_json_atomically(o->json, rep.to_json());

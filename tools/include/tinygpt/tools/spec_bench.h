@@ -1,0 +1,58 @@
+// `tinygpt bench --speculative`: the seed's table for speculative decoding (speculative.h). Plain cached
+// greedy decoding against the speculative decoder, per draft x batch x k x threads, on a TRAINED target
+// (acceptance is what the draft learned: untrained weights would say nothing): tok/s of each, their ratio,
+// the acceptance rate and the mean accepted length (ids per round), and whether the speculative ids are
+// plain greedy's (lossless). The decoder runs on the production path's cache and kernels (the static
+// cache; its verify steps' k + 1 rows and a model draft's steps through the decode kernels). Two plain
+// baselines, both timed in the cell: the series' path (the rolling cache and the model's own step, what
+// the seed's bench times) and the production path (the static cache, the decode kernels and the fused
+// step): the ratio against the production path is the one that says whether speculation pays. Batch B: B different prompts, each decoded on its own (rows accept
+// their own counts) against plain decoding of the B rows together. One timed run per cell after a
+// warm-up, as the seed's bench; compare ratios within one run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tinygpt/gpt.h"
+#include "tinygpt/tools/bench.h"
+
+namespace tinygpt::tools {
+
+struct SpecBenchOptions {
+  std::vector<int64_t> batches{1, 4};
+  std::vector<int64_t> widths{2, 4, 8};
+  std::vector<std::string> drafts{"model", "ngram"};  // "model": the trained draft; also "self"
+  std::vector<int> thread_counts;                     // empty: the threads in force
+  int64_t tokens = 256;  // new ids per row
+};
+
+struct SpecBenchRow {
+  std::string draft;
+  int64_t batch = 0, k = 0;
+  int threads = 1;
+  double plain_tok_s = 0;       // the rolling cache and the model's own step: the decoder's own path
+  double production_tok_s = 0;  // the static cache with the decode kernels and the fused step
+  double spec_tok_s = 0;
+  double acceptance = 0, mean_accepted_length = 0;
+  bool lossless = false;  // every row's ids equal plain greedy's
+  double speedup() const { return production_tok_s > 0 ? spec_tok_s / production_tok_s : 0; }
+};
+
+struct SpecBenchReport {
+  MachineInfo machine;
+  std::string target, draft;  // what each is, in words
+  std::vector<SpecBenchRow> rows;
+  nlohmann::json to_json() const;
+  std::string format() const;
+};
+
+// `draft` may be null: the "model" draft's cells are then left out (said in the report's draft line).
+SpecBenchReport run_spec_bench(GPT& target, GPT draft, const SpecBenchOptions& opts,
+                               const std::function<void(const std::string&)>& progress = {});
+
+}  // namespace tinygpt::tools
