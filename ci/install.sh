@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages tinygpt-verify builds and tests with. Idempotent: installs only
-# what is missing, and skips apt-get entirely when everything is present.
+# what is missing, and skips apt-get entirely when everything is present. With --engines (the test
+# command's), also what ci/engines.sh fetches the real engines with: npm and git.
 set -euo pipefail
 
 PACKAGES=(
@@ -13,6 +14,9 @@ PACKAGES=(
   dpkg-dev                           # dpkg-shlibdeps: the .deb's run-time dependencies (cpack)
   ccache                             # ci/build.sh compiles through it: a rebuild on the same machine is minutes shorter
 )
+if [ "${1:-}" = "--engines" ]; then
+  PACKAGES+=(npm git)                # ci/engines.sh: the engines' npm packages, llama.cpp's source bundle
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
-bash ci/install.sh
+bash ci/install.sh --engines
 bash ci/build.sh
 # The real engines (npm, the forky chroot) from the machine's cache, fetched or made once: their tests
 # skip, saying why, when they cannot be had.
