@@ -15,7 +15,10 @@ PACKAGES=(
   ccache                             # ci/build.sh compiles through it: a rebuild on the same machine is minutes shorter
 )
 if [ "${1:-}" = "--engines" ]; then
-  PACKAGES+=(npm git)                # ci/engines.sh: the engines' npm packages, llama.cpp's source bundle
+  # ci/engines.sh: the engines' npm packages, llama.cpp's source bundle. A command already on the PATH
+  # is kept, whoever installed it (NodeSource's nodejs carries its own npm and conflicts with Debian's).
+  command -v npm >/dev/null || PACKAGES+=(npm)
+  command -v git >/dev/null || PACKAGES+=(git)
 fi
 
 missing=()
