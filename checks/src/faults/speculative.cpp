@@ -7,7 +7,7 @@
 
 #include <limits>
 
-#include "faults.h"
+#include "../faults.h"
 #include "tinygpt/checks/check_suite.h"
 
 namespace tinygpt::checks {

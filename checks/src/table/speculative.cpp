@@ -28,12 +28,13 @@ namespace tinygpt::checks {
 
 namespace {
 
-// spec-greedy's k. The never-right draft runs at the first only, to the window's edge and 32 past it: it
-// reads row 0 of each verify step alone (the round ends at its first draft), which the always-right draft
-// reads at every width too, and every one of its rounds is a rollback (what spec-cache also drives).
+// spec-greedy's k. The first width runs the whole main run; the others, and the never-right draft, to the
+// window's edge and kShortPast past it, where a width's numerics or a rollback's window first differ (the
+// never-right draft runs the first width only: it reads row 0 of each verify step alone, the round ending
+// at its first draft, which the always-right draft reads at every width too).
 constexpr int64_t kWidths[] = {4, 1, 8};
 const char* const kGreedyDrafts[] = {"self", "contrary", "model", "ngram"};
-constexpr int64_t kContraryPast = 32;
+constexpr int64_t kShortPast = 32;
 const char* const kSeededDrafts[] = {"self", "model", "ngram"};
 constexpr int64_t kSeededK = 2;
 constexpr int64_t kStopK = 8;       // a stop inside a block of 8 accepted drafts
@@ -150,7 +151,7 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
       }
       const bool contrary = std::string(draft) == "contrary";
       if (contrary && k != kWidths[0]) continue;
-      const int64_t len = contrary ? std::min(n, c.model->config().context + kContraryPast) : n;
+      const int64_t len = contrary || k != kWidths[0] ? std::min(n, c.model->config().context + kShortPast) : n;
       const SpeculativeRun run = c.target.speculate(request(c, draft, len, greedy_settings(k)));
       ++runs;
       const std::string what = std::string(draft) + " draft at k = " + std::to_string(k);
@@ -197,10 +198,10 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
     }
   }
   r.figure = r.stats["max_abs_diff"];
-  set_result(r, true, std::to_string(runs) + " speculative runs of " + std::to_string(n) + " greedy ids at k = " + list_text({4, 1, 8}) +
-                          " (the never-right draft at k = " + std::to_string(kWidths[0]) + ", to position " +
-                          std::to_string(T0 + std::min(n, c.model->config().context + kContraryPast)) +
-                          "): every one plain greedy id for id, every new id's logits within " + sci(c.tol().logits) +
+  set_result(r, true, std::to_string(runs) + " speculative runs at k = " + list_text({4, 1, 8}) + ", " + std::to_string(n) +
+                          " greedy ids at k = " + std::to_string(kWidths[0]) + " and to position " +
+                          std::to_string(T0 + std::min(n, c.model->config().context + kShortPast)) +
+                          " at the others and for the never-right draft: every one plain greedy id for id, every new id's logits within " + sci(c.tol().logits) +
                           " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " + std::to_string(kWidths[0]) + ": " + summary +
                           skipped);
 }
@@ -535,11 +536,26 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
 
 // --- The rows of the check table (check_table.cpp lists them) ---
 
+namespace {
+// Notation the rows' prose uses, written once: the rule's formulas are not numbers a row runs with.
+const char* const kExactRule = "the exact rule (accept a draft x with probability min(1, p(x)/q(x)), after a rejection draw "
+                               "from max(0, p - q) normalised, a bonus from p when all stand)";
+const char* const kBiasMeasure = "D = sum((p' - p)^2 / p)";
+std::string fixed(double v, int digits) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+}  // namespace
+
 CheckDef spec_greedy_def() {
   return {check::kSpecGreedy,
-          "speculative decoding at temperature 0 is plain greedy decoding, id for id, past the window, and every new id's logits from "
-          "the k + 1 token verify step are a one-token step's (our reference) - a draft always right (100% accepted), prompt lookup and "
-          "the trained draft at k = 4, 1 and 8, and a draft never right (0%) at k = 4 to 32 past the window",
+          "greedy speculative decoding is plain greedy decoding, id for id, past the window, and every new id's logits from the "
+          "verify step of the drafts and the last id are a one-token step's (our reference) - a draft always right (every draft "
+          "accepted, asserted), prompt lookup and the trained draft at k = " + list_text(std::vector<int64_t>(std::begin(kWidths), std::end(kWidths))) +
+              " (the main run at k = " + std::to_string(kWidths[0]) + ", to " + std::to_string(kShortPast) +
+              " past the window at the others), and a draft never right (none accepted, asserted) at k = " + std::to_string(kWidths[0]) +
+              " to " + std::to_string(kShortPast) + " past the window",
           spec_greedy_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Runs,
           "a verify step without its causal mask or at shifted positions, rejected entries left in the cache, a wrong accepted count, "
           "the bonus id from the wrong position, every draft accepted"};
@@ -547,8 +563,8 @@ CheckDef spec_greedy_def() {
 
 CheckDef spec_seeded_def() {
   return {check::kSpecSeeded,
-          "sample-and-match speculative decoding at temperature > 0 with every sampler stage is plain seeded decoding, draw for draw, past "
-          "the window (one draw of the target's stream per new id)",
+          "sample-and-match speculative decoding at a positive temperature with every sampler stage is plain seeded decoding, draw "
+          "for draw, past the window (one draw of the target's stream per new id), each id's logits the plain run's",
           spec_seeded_check, static_cast<Tags>(Tag::PastWindow), Judge::Tokens, {Op::Speculate}, Cost::Runs,
           "a speculative round that draws from another stream or another distribution than plain decoding, or a verify step whose "
           "logits are not a one-token step's"};
@@ -565,21 +581,23 @@ CheckDef spec_stops_def() {
 
 CheckDef spec_cache_def() {
   return {check::kSpecCache,
-          "after speculative rounds that each rejected all " + std::to_string(kCacheK) +
-              " drafts to past the window, the rounds and 16 plain steps after them on the same cache are our reference's over the "
-              "same sequence (the cache holds exactly the ids emitted, every layer's window restored)",
+          "after speculative rounds that each rejected all " + std::to_string(kCacheK) + " drafts to past the window, the rounds and " +
+              std::to_string(kThenPlain) + " plain steps after them on the same cache are our reference's over the same sequence (the "
+              "cache holds exactly the ids emitted, every layer's window restored)",
           spec_cache_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Run,
           "rejected drafts left in the cache, a rollback that misses a layer (a sliding layer's history) or its window"};
 }
 
 CheckDef spec_distribution_def() {
   return {check::kSpecDistribution,
-          "the exact acceptance rule leaves the target's distribution as it was: the first id, the first two, and the id drawn after a "
-          "rejected draft (from the residual), by chi-square against our uncached model's exact probabilities at a false alarm rate of 1e-6 each, the draws sized so "
-          "a bias D = sum((p' - p)^2 / p) of 0.01 at either position is found with 3 sigma of power",
+          std::string(kExactRule) + " leaves the target's distribution as it was: the first id, the first two, and the id drawn after "
+              "a rejected draft, by chi-square against our uncached model's exact probabilities at a false alarm rate of " +
+              sci(kFalseAlarm) + " each, the draws sized so a bias " + kBiasMeasure + " of " + fixed(kBias, 2) +
+              " at either position is found with " + fixed(kSigmas, 0) + " sigma of power",
           spec_distribution_check, static_cast<Tags>(Tag::Deep), Judge::Law, {Op::Speculate}, Cost::Runs,
-          "an acceptance rule that is not min(1, p/q) (every draft accepted, the draft's random stream reused), q or p not the "
-          "distributions after the whole sampler pipeline, a residual not max(0, p - q) or not normalised, a penalty over drafted ids"};
+          std::string("an acceptance test other than the exact rule's (every draft accepted, the draft's random stream reused), q or p "
+                      "not the distributions after the whole sampler pipeline, a residual other than the rule's or not normalised, a "
+                      "penalty over drafted ids")};
 }
 
 }  // namespace tinygpt::checks
