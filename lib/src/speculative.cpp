@@ -59,8 +59,8 @@ at::Tensor pipeline_probs(const at::Tensor& logits, const at::Tensor& history, c
   const at::Tensor l = logits.reshape({1, -1});  // (1, V)
   const at::Tensor h = history.defined() && history.numel() > 0 ? history.reshape({1, -1}) : at::Tensor();
   if (s.temperature == 0) {
-    if (s.penalty == 1.0) return one_hot_row(l.argmax(-1).item<int64_t>(), l.size(1), l.options());  // greedy(): the argmax
-    at::Tensor scores = apply_penalty(checked_scores(l, h), h, s.penalty);
+    if (s.penalty == 1.0 || !h.defined()) return one_hot_row(l.argmax(-1).item<int64_t>(), l.size(1), l.options());  // greedy(): the argmax
+    const at::Tensor scores = apply_penalty(checked_scores(l, h), h, s.penalty);
     return one_hot_row(scores.argmax(-1).item<int64_t>(), l.size(1), l.options());
   }
   return filtered_probs(l, h, s).reshape({-1});  // (V)
