@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "tinygpt/device.h"
@@ -51,6 +52,8 @@ const std::vector<std::string>& draft_kinds() {
 SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
   // One decoder and one drafter per kind, kept between requests: many draws from one prompt start from a
   // copy of its entries (SpeculativeDecoder and ModelDrafter keep the last prompt's).
+  if (std::find(draft_kinds().begin(), draft_kinds().end(), r.draft) == draft_kinds().end())
+    throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (self, contrary, ngram, model)");
   const bool is_model = r.draft == "model";
   if (is_model) {
     if (!r.draft_model) throw std::invalid_argument("speculate: the draft 'model' needs a draft model");
@@ -66,11 +69,7 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
     if (r.draft == "self") drafter = std::make_unique<ModelDrafter>(model_, false, variant_->kernels);
     else if (r.draft == "contrary") drafter = std::make_unique<ModelDrafter>(model_, /*contrary=*/true, variant_->kernels);
     else if (r.draft == "ngram") drafter = std::make_unique<NgramDrafter>();
-    else if (is_model) drafter = std::make_unique<ModelDrafter>(r.draft_model, false, variant_->kernels);
-    else {
-      drafters_.erase(key);
-      throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (self, contrary, ngram, model)");
-    }
+    else drafter = std::make_unique<ModelDrafter>(r.draft_model, false, variant_->kernels);
   }
   if (!speculative_)
     speculative_ = std::make_unique<SpeculativeDecoder>(model_, variant_->make_cache(model_->config()),

@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
-#include <limits>
 #include <stdexcept>
 
 #include "tinygpt/config.h"
@@ -66,23 +65,24 @@ at::Tensor pipeline_probs(const at::Tensor& logits, const at::Tensor& history, c
   return filtered_probs(l, h, s).reshape({-1});  // (V)
 }
 
-int64_t draw_from(const at::Tensor& weights, double u) {
+int64_t inverse_cdf(const at::Tensor& weights, double target) {
   const at::Tensor w = weights.reshape({-1}).to(at::kCPU, at::kDouble).contiguous();
   const double* p = w.data_ptr<double>();
-  const int64_t V = w.numel();
-  double total = 0;
-  for (int64_t i = 0; i < V; ++i) total += p[i];
-  if (!(total > 0)) throw std::invalid_argument("draw_from: the weights have no positive mass");
-  const double target = u * total;
   double cum = 0;
   int64_t last = -1;
-  for (int64_t i = 0; i < V; ++i) {
+  for (int64_t i = 0; i < w.numel(); ++i) {
     if (p[i] <= 0) continue;
     cum += p[i];
     last = i;
     if (cum > target) return i;
   }
-  return last;  // u * total at the very top (rounding): the last id with weight
+  return last;  // the target at the very top (rounding): the last id with weight
+}
+
+int64_t draw_from(const at::Tensor& weights, double u) {
+  const double total = weights.to(at::kDouble).sum().item<double>();
+  if (!(total > 0)) throw std::invalid_argument("draw_from: the weights have no positive mass");
+  return inverse_cdf(weights, u * total);
 }
 
 double uniform(at::Generator& gen) {

@@ -157,22 +157,7 @@ void register_speculative_faults(CacheRegistry& r) {
                    [](SpeculativeRules& s) { s.residual = [](const at::Tensor& p, const at::Tensor&) { return p; }; }));
   r.add(spec_fault("spec-residual-unnormalised", "the residual's inverse CDF walked as if max(0, p - q) summed to 1", {kSpecDistribution},
                    [](SpeculativeRules& s) {
-                     s.residual = [](const at::Tensor& p, const at::Tensor& q) {
-                       const at::Tensor w = (p - q).clamp_min(0);
-                       return w.sum().item<double>() > 0 ? w : p;
-                     };
-                     s.draw_from = [](const at::Tensor& weights, double u) {
-                       const at::Tensor w = weights.reshape({-1}).to(at::kCPU, at::kDouble).contiguous();
-                       const double* p = w.data_ptr<double>();
-                       double cum = 0;
-                       int64_t last = -1;
-                       for (int64_t i = 0; i < w.numel(); ++i) {
-                         if (p[i] <= 0) continue;
-                         cum += p[i], last = i;
-                         if (cum > u) return i;  // u, not u times the total
-                       }
-                       return last;
-                     };
+                     s.draw_from = [](const at::Tensor& weights, double u) { return inverse_cdf(weights, u); };  // u, not u times the total
                    }));
   r.add(spec_fault("spec-q-from-raw-logits", "the rule divides by the draft's raw softmax while the draft was drawn after top-k/top-p (transformers #47932)",
                    {kSpecDistribution}, [](SpeculativeRules& s) {

@@ -107,14 +107,12 @@ std::string off_reference(CheckContext& c, CheckResult& r, const std::vector<int
 // A run's logits (m, V) against the target's own plain run's at the same positions (m, V): the verify
 // step's width must not change what a position computes. "" when within `tol`, else where it is over.
 std::string off_plain(const at::Tensor& got, const at::Tensor& plain, double tol, double& worst) {
-  const at::Tensor diff = (got.to(at::kCPU) - plain.to(at::kCPU)).abs().amax(-1);  // (m)
-  const int64_t m = diff.size(0);
-  for (int64_t i = 0; i < m; ++i) {
-    const double d = diff[i].item<double>();
-    worst = std::max(worst, d);
-    if (!(d <= tol)) return "new id " + std::to_string(i) + "'s logits differ from the plain run's by " + sci(d) + " (bound " + sci(tol) + ")";
-  }
-  return "";
+  const StepDiffs d = compare_steps(got.unsqueeze(0), plain.unsqueeze(0).to(got.device()), 0, tol);
+  worst = std::max(worst, d.worst);
+  if (!d.first_position_over) return "";
+  const int64_t i = *d.first_position_over;
+  return "new id " + std::to_string(i) + "'s logits differ from the plain run's by " + sci(d.diffs[static_cast<size_t>(i)]) +
+         " (bound " + sci(tol) + ")";
 }
 
 // The first index where two id lists part (the shorter's length when one is a prefix of the other).

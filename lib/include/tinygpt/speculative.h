@@ -188,7 +188,10 @@ class VerifyPolicy final : public AttentionPolicy {
 // The sampler pipeline's distribution (SPEC 6) for one position: logits (V), history (T) int64 ->
 // (V) float32 summing to 1. Temperature 0: one-hot at the argmax after the penalty (greedy).
 at::Tensor pipeline_probs(const at::Tensor& logits, const at::Tensor& history, const SamplingSettings& s);
-// Inverse CDF over weights (V) >= 0: the first index whose cumulative weight exceeds u * total.
+// The walk of an inverse CDF over weights (V): the first index whose cumulative positive weight exceeds
+// `target` (the last index with weight when none does). No normalisation: draw_from's part.
+int64_t inverse_cdf(const at::Tensor& weights, double target);
+// Inverse CDF over weights (V) >= 0: inverse_cdf at u * total. std::invalid_argument without positive mass.
 int64_t draw_from(const at::Tensor& weights, double u);
 // One uniform in [0, 1) from `gen`.
 double uniform(at::Generator& gen);
