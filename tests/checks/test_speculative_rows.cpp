@@ -73,7 +73,7 @@ TEST_F(SpeculativeRows, ProductionCachesPassEveryRow) {
     for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Pass) << cache << " " << c.name << ": " << c.detail;
     const CheckResult& greedy = r.checks[0];
     EXPECT_EQ(greedy.stats.at("acceptance_self"), 1.0) << "the target drafting for itself is always right at temperature 0";
-    EXPECT_EQ(greedy.stats.at("acceptance_contrary"), 0.0);
+    EXPECT_EQ(r.checks[3].stats.at("acceptance_contrary"), 0.0) << "spec-cache's draft is never the argmax";
     EXPECT_GT(greedy.stats.at("acceptance_model"), 0.0);
     EXPECT_LT(greedy.stats.at("acceptance_model"), 1.0);
     const CheckResult& dist = r.checks[4];
@@ -152,7 +152,9 @@ TEST(SpeculativeFixture, DistributionRowRunsAtItsStatedPower) {
   size_t at = 0;
   int tests = 0;
   while ((at = c.detail.find("power ", at)) != std::string::npos) {
-    if (tests < 2) EXPECT_GE(std::stod(c.detail.substr(at + 6)), 3.0) << c.detail;
+    if (tests < 2) {
+      EXPECT_GE(std::stod(c.detail.substr(at + 6)), 3.0) << c.detail;
+    }
     ++tests, ++at;
   }
   EXPECT_EQ(tests, 3) << c.detail;

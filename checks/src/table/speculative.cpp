@@ -3,14 +3,15 @@
 // distribution.
 //  - spec-greedy: temperature 0 is plain greedy, id for id, past the window, and every new id's logits
 //    from a k + 1 token verify step are a one-token step's (our reference over the same sequence), for
-//    a draft always right (the target's own weights: 100% accepted, asserted), never right (0%,
-//    asserted), prompt lookup and the trained draft, at k = 4, 1 and 8;
+//    a draft always right (the target's own weights: 100% accepted, asserted) at k = 4, 1 and 8, prompt
+//    lookup and the trained draft;
 //  - spec-seeded: sample-and-match at temperature > 0 is plain seeded decoding, draw for draw;
 //  - spec-stops: a stop id inside an accepted block ends the output there, a token budget inside a
 //    block gives exactly the budget, and plain steps after either go on as after plain decoding; the
 //    penalty's history is the accepted ids;
-//  - spec-cache: rounds that each rejected every draft, and plain steps on the same cache after them, are
-//    our reference's over the same sequence (what a rollback left behind shows there);
+//  - spec-cache: rounds of a draft never right (0% accepted, asserted) that each rejected every draft, and
+//    plain steps on the same cache after them, are our reference's over the same sequence (what a rollback
+//    left behind shows there);
 //  - spec-distribution (deep): the exact rule's first two ids, by chi-square, against the target's exact
 //    probabilities from our uncached model - marginal, joint, and after a rejection.
 #include <ATen/ATen.h>
@@ -28,14 +29,23 @@ namespace tinygpt::checks {
 
 namespace {
 
-// spec-greedy's k. The first width runs the whole main run; the others, and the never-right draft, to the
-// window's edge and kShortPast past it, where a width's numerics or a rollback's window first differ (the
-// never-right draft runs the first width only: it reads row 0 of each verify step alone, the round ending
-// at its first draft, which the always-right draft reads at every width too).
-constexpr int64_t kWidths[] = {4, 1, 8};
-const char* const kGreedyDrafts[] = {"self", "contrary", "model", "ngram"};
+// spec-greedy's runs: a draft at a k, over the whole main run or to the window's edge and kShortPast past
+// it (where a width's numerics or a rollback's window first differ). Prompt lookup, whose drafts cost
+// nothing and whose rounds accept in part, runs the whole run (rollbacks as the ring wraps twice); the
+// always-right draft (every verify step full) every width; the trained draft kMainK and the widest; the
+// never-right draft is spec-cache's.
+struct GreedyRun {
+  const char* draft;
+  int64_t k;
+  bool whole;
+};
+constexpr int64_t kMainK = 4;
+// The drafts accepted in part first: a rollback's bugs show at their first rejection.
+constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false}, {"ngram", kMainK, true}, {"self", kMainK, false},
+                                     {"self", 1, false},       {"self", 8, false},       {"model", 8, false}};
 constexpr int64_t kShortPast = 32;
-const char* const kSeededDrafts[] = {"self", "model", "ngram"};
+// spec-seeded's drafts: the trained one (the target's own weights where there is none) and prompt lookup.
+const char* const kSeededDrafts[] = {"model", "ngram"};
 constexpr int64_t kSeededK = 2;
 constexpr int64_t kStopK = 8;       // a stop inside a block of 8 accepted drafts
 constexpr int64_t kBudget = 13;     // a budget inside the second block of 9
@@ -85,6 +95,17 @@ std::string pct(double x) {
   return b;
 }
 
+// Our banded reference (1, m, V) for the m ids of `seq` after its first T0: the main run's own when every
+// id each step reads (all but the last) is the main run's - a run that stays on plain greedy, as most
+// here do, costs no second forward - else one computed over `seq`.
+at::Tensor band_for(CheckContext& c, const std::vector<int64_t>& seq, int64_t T0, int64_t m) {
+  const std::vector<int64_t> main_seq = row0(c.main().seq);
+  const bool on_main = T0 == c.opts.prompt.size(1) && m <= c.opts.tokens && seq.size() <= main_seq.size() + 1 &&
+                       std::equal(seq.begin(), seq.end() - 1, main_seq.begin());
+  if (on_main) return c.main_reference().band.narrow(0, 0, 1).narrow(1, 0, m);
+  return reference_for(c.model, at::tensor(seq, at::kLong).unsqueeze(0).to(c.opts.prompt.device()), T0, m).band;
+}
+
 // A run's new logits (and those of the plain steps after it) against the banded reference over its own
 // sequence (prompt + ids + then_ids), judged by the bound in force (judge.h: --max-kl / --min-top1 when
 // set): "" when within it, else why not. The row's statistics keep the largest |diff| and the bound.
@@ -95,8 +116,8 @@ std::string off_reference(CheckContext& c, CheckResult& r, const std::vector<int
   at::Tensor got = run.logits;  // (m, V)
   if (run.then_logits.defined()) got = at::cat({got, run.then_logits}, 0);
   const int64_t m = got.size(0), T0 = static_cast<int64_t>(prompt.size());
-  const StepReference ref = reference_for(c.model, at::tensor(seq, at::kLong).unsqueeze(0).to(c.opts.prompt.device()), T0, m);
-  const StepDiffs d = compare_steps(got.unsqueeze(0).to(ref.band.device()), ref.band, T0 - 1, c.tol().logits);
+  const at::Tensor band = band_for(c, seq, T0, m);  // (1, m, V)
+  const StepDiffs d = compare_steps(got.unsqueeze(0).to(band.device()), band, T0 - 1, c.tol().logits);
   const Verdict v = judge(d, c.tol());
   r.bound = v.bound;
   r.stats["max_abs_diff"] = std::max(r.stats.count("max_abs_diff") ? r.stats["max_abs_diff"] : 0.0, d.worst);
@@ -128,6 +149,14 @@ std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
   return "[" + s + "]";
 }
 
+// kGreedyRuns as prose: "self at k = 4 (the whole run), ...".
+std::string runs_text() {
+  std::string s;
+  for (const GreedyRun& g : kGreedyRuns)
+    s += (s.empty() ? "" : ", ") + std::string(g.draft) + " at k = " + std::to_string(g.k) + (g.whole ? " over the whole run" : "");
+  return s + "; the others to " + std::to_string(kShortPast) + " past the window";
+}
+
 }  // namespace
 
 // --- spec-greedy ---
@@ -141,67 +170,58 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
   const at::Tensor band = c.main_reference().band.select(0, 0);  // (n, V): our reference over the plain run
   std::string summary, skipped;
   int runs = 0;
-  for (int64_t k : kWidths) {
-    for (const char* draft : kGreedyDrafts) {
-      if (std::string(draft) == "model" && !c.opts.draft) {
-        if (k == kWidths[0]) skipped = "; no trained draft (golden/draft.safetensors): the model draft left out";
-        continue;
-      }
-      const bool contrary = std::string(draft) == "contrary";
-      if (contrary && k != kWidths[0]) continue;
-      const int64_t len = contrary || k != kWidths[0] ? std::min(n, c.model->config().context + kShortPast) : n;
-      const SpeculativeRun run = c.target.speculate(request(c, draft, len, greedy_settings(k)));
-      ++runs;
-      const std::string what = std::string(draft) + " draft at k = " + std::to_string(k);
-      const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
-      const size_t at = parting(run.ids, plain);
-      const bool parted = at < plain.size() || run.ids.size() != plain.size();
-      // The logits up to the parting (its own position too: the sequence before it is the same), by the bound in force.
-      SpeculativeRun judged = run;
-      const int64_t m = std::min<int64_t>(static_cast<int64_t>(at) + 1, static_cast<int64_t>(run.ids.size()));
-      judged.ids.resize(static_cast<size_t>(m));
-      judged.logits = run.logits.narrow(0, 0, m);
-      const std::string off = off_reference(c, r, prompt, judged);
-      if (!off.empty()) {
-        set_result(r, false, what + ": the verify step's logits are not a one-token step's: " + off);
+  for (const GreedyRun& g : kGreedyRuns) {
+    const std::string draft = g.draft;
+    const int64_t k = g.k;
+    if (draft == "model" && !c.opts.draft) {
+      skipped = "; no trained draft (golden/draft.safetensors): the model draft left out";
+      continue;
+    }
+    const int64_t len = g.whole ? n : std::min(n, c.model->config().context + kShortPast);
+    const SpeculativeRun run = c.target.speculate(request(c, draft, len, greedy_settings(k)));
+    ++runs;
+    const std::string what = draft + " draft at k = " + std::to_string(k);
+    const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
+    const size_t at = parting(run.ids, plain);
+    const bool parted = at < plain.size() || run.ids.size() != plain.size();
+    // The logits up to the parting (its own position too: the sequence before it is the same), by the bound in force.
+    SpeculativeRun judged = run;
+    const int64_t m = std::min<int64_t>(static_cast<int64_t>(at) + 1, static_cast<int64_t>(run.ids.size()));
+    judged.ids.resize(static_cast<size_t>(m));
+    judged.logits = run.logits.narrow(0, 0, m);
+    const std::string off = off_reference(c, r, prompt, judged);
+    if (!off.empty()) {
+      set_result(r, false, what + ": the verify step's logits are not a one-token step's: " + off);
+      return;
+    }
+    // Judged by the distribution (--max-kl, --min-top1), the logits are the verdict: the ids may part where
+    // they allow. Otherwise the ids are plain greedy's, but at a near-tie within the bound's reach.
+    if (!c.tol().by_distribution()) {
+      const double margin = at < plain.size() ? top2_margin(band[static_cast<int64_t>(at)]) : 0;
+      if (parted && (at >= run.ids.size() || margin > 2 * c.tol().logits)) {
+        set_result(r, false, what + ": the ids part from plain greedy at new id " + std::to_string(at) + " (position " +
+                                 std::to_string(T0 + static_cast<int64_t>(at)) + "): " + ids_text(run.ids, at, 4) + " against " +
+                                 ids_text(plain, at, 4) + (at < plain.size() ? ", the reference's top-2 margin there " + sci(margin) : "") +
+                                 "; " + std::to_string(run.ids.size()) + " ids of " + std::to_string(len));
+        r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
         return;
       }
-      // Judged by the distribution (--max-kl, --min-top1), the logits are the verdict: the ids may part where
-      // they allow. Otherwise the ids are plain greedy's, but at a near-tie within the bound's reach.
-      if (!c.tol().by_distribution()) {
-        const double margin = at < plain.size() ? top2_margin(band[static_cast<int64_t>(at)]) : 0;
-        if (parted && (at >= run.ids.size() || margin > 2 * c.tol().logits)) {
-          set_result(r, false, what + ": the ids part from plain greedy at new id " + std::to_string(at) + " (position " +
-                                   std::to_string(T0 + static_cast<int64_t>(at)) + "): " + ids_text(run.ids, at, 4) + " against " +
-                                   ids_text(plain, at, 4) + (at < plain.size() ? ", the reference's top-2 margin there " + sci(margin) : "") +
-                                   "; " + std::to_string(run.ids.size()) + " ids of " + std::to_string(len));
-          r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
-          return;
-        }
-        if (!parted && std::string(draft) == "self" && run.accepted != run.drafted) {
-          set_result(r, false, what + ": the target drafting for itself had " + std::to_string(run.accepted) + " of " +
-                                   std::to_string(run.drafted) + " drafts accepted at temperature 0 (every one is right)");
-          return;
-        }
-        if (!parted && contrary && run.accepted != 0) {
-          set_result(r, false, what + ": " + std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
-          return;
-        }
+      if (!parted && draft == "self" && run.accepted != run.drafted) {
+        set_result(r, false, what + ": the target drafting for itself had " + std::to_string(run.accepted) + " of " +
+                                 std::to_string(run.drafted) + " drafts accepted at temperature 0 (every one is right)");
+        return;
       }
-      if (k == kWidths[0]) {
-        summary += (summary.empty() ? "" : ", ") + std::string(draft) + " " + pct(run.acceptance());
-        r.stats[std::string("acceptance_") + draft] = run.acceptance();
-        r.stats[std::string("mean_accepted_length_") + draft] = run.mean_accepted_length();
-      }
+    }
+    if (k == kMainK) {
+      summary += (summary.empty() ? "" : ", ") + draft + " " + pct(run.acceptance());
+      r.stats["acceptance_" + draft] = run.acceptance();
+      r.stats["mean_accepted_length_" + draft] = run.mean_accepted_length();
     }
   }
   r.figure = r.stats["max_abs_diff"];
-  set_result(r, true, std::to_string(runs) + " speculative runs at k = " + list_text({4, 1, 8}) + ", " + std::to_string(n) +
-                          " greedy ids at k = " + std::to_string(kWidths[0]) + " and to position " +
-                          std::to_string(T0 + std::min(n, c.model->config().context + kShortPast)) +
-                          " at the others and for the never-right draft: every one plain greedy id for id, every new id's logits within " + sci(c.tol().logits) +
-                          " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " + std::to_string(kWidths[0]) + ": " + summary +
-                          skipped);
+  set_result(r, true, std::to_string(runs) + " speculative runs (" + runs_text() + "), each plain greedy id for id, every new id's logits within " +
+                          sci(c.tol().logits) + " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " +
+                          std::to_string(kMainK) + ": " + summary + skipped);
 }
 
 // --- spec-seeded ---
@@ -220,8 +240,8 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> all = row0(plain.seq), want(all.begin() + T0, all.end());
   double worst = 0;
   std::string summary;
-  for (const char* draft : kSeededDrafts) {
-    if (std::string(draft) == "model" && !c.opts.draft) continue;
+  for (const char* listed : kSeededDrafts) {
+    const char* draft = std::string(listed) == "model" && !c.opts.draft ? "self" : listed;
     const SpeculativeRun run = c.target.speculate(request(c, draft, n, s));
     const size_t at = parting(run.ids, want);
     if (at < want.size() || run.ids.size() != want.size()) {
@@ -336,6 +356,7 @@ void spec_cache_check(CheckContext& c, CheckResult& r) {
   const int64_t total = std::min(c.opts.tokens, c.model->config().context + kPastTheWindow);
   const int64_t then = std::min<int64_t>(kThenPlain, total - 1), n = total - then;
   const SpeculativeRun run = c.target.speculate(request(c, "contrary", n, greedy_settings(kCacheK), then));
+  r.stats["acceptance_contrary"] = run.acceptance();
   if (!c.tol().by_distribution() && run.accepted != 0) {
     set_result(r, false, std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
     return;
@@ -550,10 +571,7 @@ CheckDef spec_greedy_def() {
   return {check::kSpecGreedy,
           "greedy speculative decoding is plain greedy decoding, id for id, past the window, and every new id's logits from the "
           "verify step of the drafts and the last id are a one-token step's (our reference) - a draft always right (every draft "
-          "accepted, asserted), prompt lookup and the trained draft at k = " + list_text(std::vector<int64_t>(std::begin(kWidths), std::end(kWidths))) +
-              " (the main run at k = " + std::to_string(kWidths[0]) + ", to " + std::to_string(kShortPast) +
-              " past the window at the others), and a draft never right (none accepted, asserted) at k = " + std::to_string(kWidths[0]) +
-              " to " + std::to_string(kShortPast) + " past the window",
+          "accepted, asserted), the trained draft and prompt lookup: " + runs_text(),
           spec_greedy_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Runs,
           "a verify step without its causal mask or at shifted positions, rejected entries left in the cache, a wrong accepted count, "
           "the bonus id from the wrong position, every draft accepted"};
@@ -579,7 +597,8 @@ CheckDef spec_stops_def() {
 
 CheckDef spec_cache_def() {
   return {check::kSpecCache,
-          "after speculative rounds that each rejected all " + std::to_string(kCacheK) + " drafts to past the window, the rounds and " +
+          "after speculative rounds of a draft never right (none accepted, asserted) that each rejected all " + std::to_string(kCacheK) +
+              " drafts to past the window, the rounds and " +
               std::to_string(kThenPlain) + " plain steps after them on the same cache are our reference's over the same sequence (the "
               "cache holds exactly the ids emitted, every layer's window restored)",
           spec_cache_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Run,
