@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/data.h"
+#include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/target.h"
 
@@ -95,6 +97,30 @@ TEST_F(SpeculativeRows, EveryPlantedFaultFailsItsRows) {
     for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Fail) << f->name << ": " << c.name << " must catch it; " << c.detail;
   }
   EXPECT_GE(faults, 14);
+}
+
+// --diagnose names every planted fault the four cheap rows catch: each fault's failures through
+// spec-greedy, spec-seeded, spec-stops and spec-cache match that fault first among the catalogue's, run on
+// the same model (the candidates' runs are shared between the faults through TINYGPT_REFERENCE_CACHE
+// where it is set, as ctest sets it).
+TEST_F(SpeculativeRows, DiagnosisNamesEveryFaultTheCheapRowsCatch) {
+  const std::vector<std::string> rows = {check::kSpecGreedy, check::kSpecSeeded, check::kSpecStops, check::kSpecCache};
+  const Reference ref = build_reference(model, opts);
+  int named = 0;
+  for (const CacheVariant* f : cache_registry().all(/*faults=*/true)) {
+    if (!f->speculative || std::none_of(f->expected.begin(), f->expected.end(), [&](const std::string& n) {
+          return std::find(rows.begin(), rows.end(), n) != rows.end();
+        }))
+      continue;
+    ModelTarget target(model, *f);
+    const auto r = run_checks(model, opts, target, rows, &ref);
+    const Diagnosis d = diagnose(model, opts, r.checks);
+    ASSERT_TRUE(d.ran()) << f->name << " failed no row";
+    ASSERT_FALSE(d.matches.empty()) << f->name << ": " << d.text;
+    EXPECT_EQ(d.matches.front(), f->name) << d.text;
+    ++named;
+  }
+  EXPECT_GE(named, 10);
 }
 
 // The exact rule's negative controls pass every row but the distribution's: greedy decoding, seeded
