@@ -45,7 +45,7 @@ std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&)
 SpeculativeRun DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(unsupported(Op::Speculate)); }
 
 const std::vector<std::string>& draft_kinds() {
-  static const std::vector<std::string> kinds = {"self", "contrary", "ngram", "model"};
+  static const std::vector<std::string> kinds = {"self", "contrary", "ngram", "model", "replay"};
   return kinds;
 }
 
@@ -53,13 +53,21 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
   // One decoder and one drafter per kind, kept between requests: many draws from one prompt start from a
   // copy of its entries (SpeculativeDecoder and ModelDrafter keep the last prompt's).
   if (std::find(draft_kinds().begin(), draft_kinds().end(), r.draft) == draft_kinds().end())
-    throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (self, contrary, ngram, model)");
+    throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (self, contrary, ngram, model, replay)");
   const bool is_model = r.draft == "model";
   if (is_model) {
     if (!r.draft_model) throw std::invalid_argument("speculate: the draft 'model' needs a draft model");
     if (r.draft_model->config().vocab_size != model_->config().vocab_size)
       throw std::invalid_argument("speculate: the draft model's vocabulary (" + std::to_string(r.draft_model->config().vocab_size) +
                                   ") is not the target's (" + std::to_string(model_->config().vocab_size) + ")");
+  }
+  if (!speculative_)
+    speculative_ = std::make_unique<SpeculativeDecoder>(model_, variant_->make_cache(model_->config()),
+                                                        variant_->speculative ? *variant_->speculative : production_rules(),
+                                                        variant_->kernels);
+  if (r.draft == "replay") {  // its ids are the request's: a drafter of its own
+    ReplayDrafter replay(r.replay, model_->config().vocab_size, r.replay_shift);
+    return speculative_->run(r.prompt, r.n, replay, r.settings, r.then_plain);
   }
   const std::string key = is_model ? "model@" + std::to_string(reinterpret_cast<uintptr_t>(r.draft_model.get())) : r.draft;
   std::unique_ptr<Drafter>& drafter = drafters_[key];
@@ -71,10 +79,6 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
     else if (r.draft == "ngram") drafter = std::make_unique<NgramDrafter>();
     else drafter = std::make_unique<ModelDrafter>(r.draft_model, false, variant_->kernels);
   }
-  if (!speculative_)
-    speculative_ = std::make_unique<SpeculativeDecoder>(model_, variant_->make_cache(model_->config()),
-                                                        variant_->speculative ? *variant_->speculative : production_rules(),
-                                                        variant_->kernels);
   return speculative_->run(r.prompt, r.n, *drafter, r.settings, r.then_plain);
 }
 

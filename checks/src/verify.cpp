@@ -295,9 +295,11 @@ VerifyRuns schedule_verify(Fixture& fx, const VerifyPlan& plan, const VerifyOpti
   say("reference: uncached greedy run, full-forward and banded logits" +
       std::string(kept ? " (kept from an earlier run: TINYGPT_REFERENCE_CACHE)"
                        : guessed.spans() ? " (its steps side by side from the golden run's ids)" : ""));
+  // The batch of three first: its reference and both caches' checks are the longest job (on two
+  // workers the spans then fill in beside it and the phase ends when the last span does).
   run_in_parallel(guessed.spans() + 1 + early_goldens.size(), workers, [&](size_t job) {
-    if (job < guessed.spans()) return guessed.run_span(job);
-    if (job == guessed.spans()) {
+    if (job > 0 && job <= guessed.spans()) return guessed.run_span(job - 1);
+    if (job == 0) {
       say("a batch of 3 prompts: reference");
       const Reference bref = build_reference(fx.model, plan.batch3);
       for (size_t k = 0; k < production.size(); ++k) {

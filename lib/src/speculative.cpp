@@ -240,6 +240,24 @@ Proposal NgramDrafter::propose(const std::vector<int64_t>& seq, int64_t k, const
   return p;  // no match: the round is a plain step (the bonus token alone)
 }
 
+ReplayDrafter::ReplayDrafter(std::vector<int64_t> sequence, int64_t vocab, int64_t shift)
+    : sequence_(std::move(sequence)), vocab_(vocab), shift_(shift) {
+  if (vocab < 1) throw std::invalid_argument("ReplayDrafter: the vocabulary must hold an id");
+  if (shift < 0 || shift >= vocab) throw std::invalid_argument("ReplayDrafter: the shift must be in [0, vocab)");
+  for (int64_t id : sequence_)
+    if (id < 0 || id >= vocab) throw std::invalid_argument("ReplayDrafter: id " + std::to_string(id) + " outside the vocabulary");
+}
+
+std::string ReplayDrafter::name() const { return shift_ == 0 ? "replay" : "replay+" + std::to_string(shift_); }
+
+Proposal ReplayDrafter::propose(const std::vector<int64_t>& seq, int64_t k, const SamplingSettings&, at::Generator&,
+                                const SpeculativeRules&) {
+  Proposal p;
+  for (size_t j = seq.size(); j < sequence_.size() && static_cast<int64_t>(p.ids.size()) < k; ++j)
+    p.ids.push_back((sequence_[j] + shift_) % vocab_);
+  return p;  // past the sequence's end: no drafts (the round is a plain step)
+}
+
 // --- the decoder ---
 
 SpeculativeDecoder::SpeculativeDecoder(GPT target, std::unique_ptr<KVCache> cache, const SpeculativeRules& rules, Kernels kernels)

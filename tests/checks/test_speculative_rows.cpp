@@ -74,8 +74,8 @@ TEST_F(SpeculativeRows, ProductionCachesPassEveryRow) {
     ASSERT_EQ(r.checks.size(), kSpecRows.size());
     for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Pass) << cache << " " << c.name << ": " << c.detail;
     const CheckResult& greedy = r.checks[0];
-    EXPECT_EQ(greedy.stats.at("acceptance_self"), 1.0) << "the target drafting for itself is always right at temperature 0";
-    EXPECT_EQ(r.checks[3].stats.at("acceptance_contrary"), 0.0) << "spec-cache's draft is never the argmax";
+    EXPECT_EQ(greedy.stats.at("acceptance_replay"), 1.0) << "the target's own greedy ids are always right at temperature 0";
+    EXPECT_EQ(r.checks[3].stats.at("acceptance_never_right"), 0.0) << "spec-cache's draft is never the argmax";
     EXPECT_GT(greedy.stats.at("acceptance_model"), 0.0);
     EXPECT_LT(greedy.stats.at("acceptance_model"), 1.0);
     const CheckResult& dist = r.checks[4];

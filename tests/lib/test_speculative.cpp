@@ -80,24 +80,28 @@ SpeculativeSettings greedy_settings(int64_t k) {
 }
 
 // Temperature 0 is plain greedy, id for id, 50 tokens (three windows) past the prompt, at k = 1, 4, 8,
-// with a draft that is always right (the target's own weights: every draft accepted), one never right
-// (every draft rejected) and prompt lookup; every new id's logits are a one-token step's.
+// with drafts that are always right (the target's own weights, and its plain run replayed: every draft
+// accepted), never right (the argmin, and the plain run moved by one id: every draft rejected) and prompt
+// lookup; every new id's logits are a one-token step's.
 TEST_P(Speculative, GreedyIsPlainGreedyForEveryDraftAndWidth) {
   const std::vector<int64_t> prompt = {1, 2, 3};
   const auto [want, want_logits] = plain(prompt, 50);
+  std::vector<int64_t> whole = prompt;
+  whole.insert(whole.end(), want.begin(), want.end());
   for (int64_t k : {1, 4, 8}) {
     ModelDrafter self(target), contrary(target, /*contrary=*/true);
     NgramDrafter ngram;
-    for (Drafter* d : std::vector<Drafter*>{&self, &contrary, &ngram}) {
+    ReplayDrafter replay(whole, cfg.vocab_size), wrong(whole, cfg.vocab_size, 1);
+    for (Drafter* d : std::vector<Drafter*>{&self, &contrary, &ngram, &replay, &wrong}) {
       SCOPED_TRACE(d->name() + " k=" + std::to_string(k));
       const SpeculativeRun r = spec(*d, prompt, 50, greedy_settings(k));
       ASSERT_EQ(r.ids, want);
       EXPECT_LT((r.logits - want_logits).abs().max().item<double>(), 1e-4);
-      if (d == &self) {
+      if (d == &self || d == &replay) {
         EXPECT_EQ(r.accepted, r.drafted) << "the target drafting for itself is always right at temperature 0";
         EXPECT_GT(r.mean_accepted_length(), static_cast<double>(k));  // k drafts and the bonus, but the last round
       }
-      if (d == &contrary) {
+      if (d == &contrary || d == &wrong) {
         EXPECT_EQ(r.accepted, 0);
       }
     }

@@ -3,13 +3,14 @@
 // distribution.
 //  - spec-greedy: temperature 0 is plain greedy, id for id, past the window, and every new id's logits
 //    from a k + 1 token verify step are a one-token step's (our reference over the same sequence), for
-//    a draft always right (the target's own weights: 100% accepted, asserted) at k = 4, 1 and 8, prompt
-//    lookup and the trained draft;
+//    a draft always right (the main run's own ids replayed: 100% accepted, asserted) at k = 4, 1 and 8,
+//    prompt lookup and the trained draft;
 //  - spec-seeded: sample-and-match at temperature > 0 is plain seeded decoding, draw for draw;
 //  - spec-stops: a stop id inside an accepted block ends the output there, a token budget inside a
 //    block gives exactly the budget, and plain steps after either go on as after plain decoding; the
 //    penalty's history is the accepted ids;
-//  - spec-cache: rounds of a draft never right (0% accepted, asserted) that each rejected every draft, and
+//  - spec-cache: rounds of a draft never right (the main run's ids each moved by one: 0% accepted,
+//    asserted) that each rejected every draft, and
 //    plain steps on the same cache after them, are our reference's over the same sequence (what a rollback
 //    left behind shows there);
 //  - spec-distribution (deep): the exact rule's first two ids, by chi-square, against the target's exact
@@ -30,10 +31,10 @@ namespace tinygpt::checks {
 namespace {
 
 // spec-greedy's runs: a draft at a k, over the whole main run or to the window's edge and kShortPast past
-// it (where a width's numerics or a rollback's window first differ). Prompt lookup, whose drafts cost
-// nothing and whose rounds accept in part, runs the whole run (rollbacks as the ring wraps twice); the
-// always-right draft (every verify step full) every width; the trained draft kMainK and the widest; the
-// never-right draft is spec-cache's.
+// it (where a width's numerics or a rollback's window first differ). The always-right draft (the main
+// run's own ids replayed: every verify step full) and prompt lookup (rounds accepted in part: rollbacks
+// as the ring wraps twice), whose drafts cost nothing, run the whole run; the always-right draft every
+// width; the trained draft kMainK and the widest. The never-right draft is spec-cache's.
 struct GreedyRun {
   const char* draft;
   int64_t k;
@@ -41,11 +42,12 @@ struct GreedyRun {
 };
 constexpr int64_t kMainK = 4;
 // The drafts accepted in part first: a rollback's bugs show at their first rejection.
-constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false}, {"ngram", kMainK, true}, {"self", kMainK, false},
-                                     {"self", 1, false},       {"self", 8, false},       {"model", 8, false}};
+constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false}, {"ngram", kMainK, true}, {"replay", kMainK, true},
+                                     {"replay", 1, false},     {"replay", 8, false},    {"model", 8, false}};
 constexpr int64_t kShortPast = 32;
-// spec-seeded's drafts: the trained one (the target's own weights where there is none) and prompt lookup.
-const char* const kSeededDrafts[] = {"model", "ngram"};
+// spec-seeded's drafts: the plain seeded run's own ids replayed (every draw matches: blocks accepted
+// whole, the bonus drawn) and prompt lookup (most rejected: the target's draw at the first mismatch).
+const char* const kSeededDrafts[] = {"replay", "ngram"};
 constexpr int64_t kSeededK = 2;
 constexpr int64_t kStopK = 8;       // a stop inside a block of 8 accepted drafts
 constexpr int64_t kBudget = 13;     // a budget inside the second block of 9
@@ -77,8 +79,10 @@ SpeculativeSettings greedy_settings(int64_t k) {
   return s;
 }
 
-SpeculativeRequest request(const CheckContext& c, const std::string& draft, int64_t n, const SpeculativeSettings& s, int64_t then = 0,
-                           std::vector<int64_t> prompt = {}) {
+// `draft` "replay" replays the target's main greedy run (always right at temperature 0; moved by one id
+// with shift 1, never right); the others are the target's own drafts.
+SpeculativeRequest request(CheckContext& c, const std::string& draft, int64_t n, const SpeculativeSettings& s, int64_t then = 0,
+                           std::vector<int64_t> prompt = {}, int64_t shift = 0) {
   SpeculativeRequest q;
   q.prompt = prompt.empty() ? prompt_of(c) : std::move(prompt);
   q.n = n;
@@ -86,6 +90,7 @@ SpeculativeRequest request(const CheckContext& c, const std::string& draft, int6
   q.draft_model = c.opts.draft;
   q.settings = s;
   q.then_plain = then;
+  if (draft == "replay") q.replay = row0(c.main().seq), q.replay_shift = shift;
   return q;
 }
 
@@ -149,7 +154,7 @@ std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
   return "[" + s + "]";
 }
 
-// kGreedyRuns as prose: "self at k = 4 (the whole run), ...".
+// kGreedyRuns as prose: "model at k = 4, ngram at k = 4 over the whole run, ...".
 std::string runs_text() {
   std::string s;
   for (const GreedyRun& g : kGreedyRuns)
@@ -206,9 +211,9 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
         r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
         return;
       }
-      if (!parted && draft == "self" && run.accepted != run.drafted) {
-        set_result(r, false, what + ": the target drafting for itself had " + std::to_string(run.accepted) + " of " +
-                                 std::to_string(run.drafted) + " drafts accepted at temperature 0 (every one is right)");
+      if (!parted && draft == "replay" && run.accepted != run.drafted) {
+        set_result(r, false, what + ": " + std::to_string(run.accepted) + " of " + std::to_string(run.drafted) +
+                                 " drafts accepted of the target's own greedy ids at temperature 0 (every one is right)");
         return;
       }
     }
@@ -240,9 +245,10 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> all = row0(plain.seq), want(all.begin() + T0, all.end());
   double worst = 0;
   std::string summary;
-  for (const char* listed : kSeededDrafts) {
-    const char* draft = std::string(listed) == "model" && !c.opts.draft ? "self" : listed;
-    const SpeculativeRun run = c.target.speculate(request(c, draft, n, s));
+  for (const char* draft : kSeededDrafts) {
+    SpeculativeRequest q = request(c, draft, n, s);
+    if (q.draft == "replay") q.replay = all;  // the plain seeded run: always right
+    const SpeculativeRun run = c.target.speculate(q);
     const size_t at = parting(run.ids, want);
     if (at < want.size() || run.ids.size() != want.size()) {
       set_result(r, false, std::string(draft) + " draft, sample-and-match, seed " + std::to_string(s.seed) +
@@ -290,7 +296,7 @@ void spec_stops_check(CheckContext& c, CheckResult& r) {
   }
   SpeculativeSettings s = greedy_settings(kStopK);
   s.stop = {plain[at]};
-  const SpeculativeRun stopped = c.target.speculate(request(c, "self", c.opts.tokens, s, then));
+  const SpeculativeRun stopped = c.target.speculate(request(c, "replay", c.opts.tokens, s, then));
   const std::vector<int64_t> want(plain.begin(), plain.begin() + static_cast<int64_t>(at) + 1);
   if (stopped.ids != want) {
     set_result(r, false, "stop id " + std::to_string(plain[at]) + " (new id " + std::to_string(at) + ", accepted inside a block of " +
@@ -315,7 +321,7 @@ void spec_stops_check(CheckContext& c, CheckResult& r) {
     return off.empty();
   };
   if (!goes_on(stopped, "a stop inside a block")) return;
-  const SpeculativeRun budget = c.target.speculate(request(c, "self", kBudget, greedy_settings(kStopK), then));
+  const SpeculativeRun budget = c.target.speculate(request(c, "replay", kBudget, greedy_settings(kStopK), then));
   if (budget.ids != std::vector<int64_t>(plain.begin(), plain.begin() + kBudget)) {
     set_result(r, false, "a budget of " + std::to_string(kBudget) + " ids (inside the second block of " + std::to_string(kStopK + 1) +
                              "): the output was " + std::to_string(budget.ids.size()) + " ids");
@@ -330,7 +336,9 @@ void spec_stops_check(CheckContext& c, CheckResult& r) {
   const at::Tensor p = at::tensor(prompt, at::kLong).unsqueeze(0).to(c.opts.prompt.device());
   const Generation plain_pen = c.target.generate(p, np, sampler(pen.sampling));
   const std::vector<int64_t> pall = row0(plain_pen.seq), pwant(pall.begin() + T0, pall.end());
-  const SpeculativeRun penalised = c.target.speculate(request(c, "self", np, pen));
+  SpeculativeRequest pq = request(c, "replay", np, pen);
+  pq.replay = pall;  // the plain run with the penalty: always right
+  const SpeculativeRun penalised = c.target.speculate(pq);
   const size_t pat = parting(penalised.ids, pwant);
   if (pat < pwant.size() || penalised.ids.size() != pwant.size()) {
     set_result(r, false, "greedy with penalty " + std::to_string(kPenalty).substr(0, 3) + ": the ids part from plain decoding's at new id " + std::to_string(pat) +
@@ -355,8 +363,8 @@ void spec_cache_check(CheckContext& c, CheckResult& r) {
   // Rounds that reject every draft until past the window, then plain steps on the same cache.
   const int64_t total = std::min(c.opts.tokens, c.model->config().context + kPastTheWindow);
   const int64_t then = std::min<int64_t>(kThenPlain, total - 1), n = total - then;
-  const SpeculativeRun run = c.target.speculate(request(c, "contrary", n, greedy_settings(kCacheK), then));
-  r.stats["acceptance_contrary"] = run.acceptance();
+  const SpeculativeRun run = c.target.speculate(request(c, "replay", n, greedy_settings(kCacheK), then, {}, /*shift=*/1));
+  r.stats["acceptance_never_right"] = run.acceptance();
   if (!c.tol().by_distribution() && run.accepted != 0) {
     set_result(r, false, std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
     return;
@@ -570,8 +578,9 @@ std::string fixed(double v, int digits) {
 CheckDef spec_greedy_def() {
   return {check::kSpecGreedy,
           "greedy speculative decoding is plain greedy decoding, id for id, past the window, and every new id's logits from the "
-          "verify step of the drafts and the last id are a one-token step's (our reference) - a draft always right (every draft "
-          "accepted, asserted), the trained draft and prompt lookup: " + runs_text(),
+          "verify step of the drafts and the last id are a one-token step's (our reference) - the main run's own ids replayed as "
+          "drafts (replay: always right, every draft accepted, asserted), the trained draft (model) and prompt lookup (ngram): " +
+              runs_text(),
           spec_greedy_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Runs,
           "a verify step without its causal mask or at shifted positions, rejected entries left in the cache, a wrong accepted count, "
           "the bonus id from the wrong position, every draft accepted"};
@@ -580,7 +589,8 @@ CheckDef spec_greedy_def() {
 CheckDef spec_seeded_def() {
   return {check::kSpecSeeded,
           "sample-and-match speculative decoding at a positive temperature with every sampler stage is plain seeded decoding, draw "
-          "for draw, past the window (one draw of the target's stream per new id), each id's logits the plain run's",
+          "for draw, past the window (one draw of the target's stream per new id), each id's logits the plain run's - with the plain "
+          "run's own ids replayed as drafts (blocks accepted whole) and prompt lookup (most drafts rejected)",
           spec_seeded_check, static_cast<Tags>(Tag::PastWindow), Judge::Tokens, {Op::Speculate}, Cost::Runs,
           "a speculative round that draws from another stream or another distribution than plain decoding, or a verify step whose "
           "logits are not a one-token step's"};
@@ -597,7 +607,8 @@ CheckDef spec_stops_def() {
 
 CheckDef spec_cache_def() {
   return {check::kSpecCache,
-          "after speculative rounds of a draft never right (none accepted, asserted) that each rejected all " + std::to_string(kCacheK) +
+          "after speculative rounds of a draft never right (the main run's ids each moved by one: none accepted, asserted) that "
+          "each rejected all " + std::to_string(kCacheK) +
               " drafts to past the window, the rounds and " +
               std::to_string(kThenPlain) + " plain steps after them on the same cache are our reference's over the same sequence (the "
               "cache holds exactly the ids emitted, every layer's window restored)",

@@ -133,6 +133,24 @@ class NgramDrafter final : public Drafter {
   int64_t max_n_, min_n_;
 };
 
+// Given ids as drafts (no model): for a sequence of L ids, the next k of `sequence` from L (fewer at its
+// end), each moved by `shift` ids (mod `vocab`). With the target's own greedy run as `sequence` a draft
+// always right at temperature 0 and with shift 1 one never right, each at no cost of its own: what a
+// harness uses to drive the verify step and the rollback where the draft is not what it tests.
+// Deterministic: q is one-hot.
+class ReplayDrafter final : public Drafter {
+ public:
+  ReplayDrafter(std::vector<int64_t> sequence, int64_t vocab, int64_t shift = 0);
+  std::string name() const override;
+  void reset() override {}
+  Proposal propose(const std::vector<int64_t>& seq, int64_t k, const SamplingSettings& s, at::Generator& gen,
+                   const SpeculativeRules& rules) override;
+
+ private:
+  std::vector<int64_t> sequence_;
+  int64_t vocab_, shift_;
+};
+
 // The decisions of a round, one member each; production_rules() is SPEC 11. A harness replaces one.
 struct SpeculativeRules {
   // The target's distribution at a position: logits (V), history (T) the ids before it -> (V) float32.

@@ -65,12 +65,16 @@ struct ServedResult {
 // One sequence decoded speculatively (op "speculate", speculative.h): n new ids from `prompt` with the
 // target's own draft-and-verify machinery, then `then_plain` plain greedy steps on the same cache (what
 // a rollback left behind shows there). `draft`: "self" (the target's own weights: always right at
-// temperature 0), "contrary" (never right there), "ngram" (prompt lookup) or "model" (`draft_model`).
+// temperature 0), "contrary" (never right there), "ngram" (prompt lookup), "model" (`draft_model`) or
+// "replay" (`replay`'s ids from the sequence's length on, each moved by `replay_shift`: the target's own
+// greedy run replayed is always right, moved by one never right, and neither costs a draft step).
 struct SpeculativeRequest {
   std::vector<int64_t> prompt;
   int64_t n = 1;
   std::string draft = "self";
   GPT draft_model{nullptr};
+  std::vector<int64_t> replay;  // the whole sequence, prompt first
+  int64_t replay_shift = 0;
   SpeculativeSettings settings;
   int64_t then_plain = 0;
 };
