@@ -38,6 +38,18 @@ void ReportFiles::add(CLI::App* cmd, bool bench) {
 }
 const CLI::Validator kNonNegative = number_check(true);
 
+const CLI::Validator kShare = CLI::Validator(
+    [](std::string& v) -> std::string {
+      try {
+        size_t used = 0;
+        const double x = std::stod(v, &used);
+        if (used == v.size() && x > 0 && x <= 1) return "";
+      } catch (const std::exception&) {
+      }
+      return "must be a share in (0, 1] (got '" + v + "')";
+    },
+    "SHARE in (0, 1]");
+
 
 void add_run_options(CLI::App* cmd, RunOptions& opts) {
   cmd->add_option("--device", opts.device, "cpu, cuda or cuda:N (CUDA needs a CUDA LibTorch)")

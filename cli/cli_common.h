@@ -24,9 +24,10 @@ struct RunOptions {
   int threads = 0;  // 0 = the cores available
 };
 
-// Option checks with one readable message: a number > 0, a number >= 0.
+// Option checks with one readable message: a number > 0, a number >= 0, a share in (0, 1].
 extern const CLI::Validator kPositive;
 extern const CLI::Validator kNonNegative;
+extern const CLI::Validator kShare;
 
 // --html FILE, --markdown FILE (and --bench-json FILE where the report can carry a bench): the
 // human views of a command's report.

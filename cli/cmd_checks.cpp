@@ -19,11 +19,7 @@
 namespace tinygpt::cli {
 
 namespace {
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
+using results::join;
 
 struct CheckOptions {
   RunOptions run;

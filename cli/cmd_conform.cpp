@@ -18,7 +18,7 @@ namespace {
 
 struct Opts {
   checks::ConformOptions conform;
-  double max_kl = 0, min_top1 = 0;
+  std::optional<double> max_kl, min_top1;  // unset: the |diff| bound judges
   std::string json, junit;
   RunOptions run;
   ReportFiles report;
@@ -61,8 +61,8 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--max-kl", o->max_kl,
                   "judge the logit checks by mean KL(reference || engine) per step instead of --tolerance (an approximate engine)")
       ->check(kPositive);
-  cmd->add_option("--min-top1", o->min_top1, "with or instead of --max-kl: the least share of steps whose argmax agrees")
-      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-top1", o->min_top1, "with or instead of --max-kl: the least share of steps whose argmax agrees, in (0, 1]")
+      ->check(kShare);
   cmd->add_option("--kv-type", c.kv_type,
                   "the engine's KV cache type, sent in load as \"kv_type\" (f16, q8_0, q4_0, K/V apart as q8_0/f16: what its\n"
                   "hello lists in \"kv_types\"). Adds a kv-budget row: the teacher-forced run with this cache against the same\n"
@@ -71,8 +71,9 @@ Command add_conform(CLI::App& app) {
                   "the most mean KL(f32 cache || this type) per step a KV type may cost (default 3e-5: a budget is the user's\n"
                   "decision; docs/checks.md, \"Low-precision caches\", has the figures)")
       ->capture_default_str()->check(kPositive);
-  cmd->add_option("--kv-min-top1", c.kv_min_top1, "with --kv-budget: the least share of steps whose argmax equals the f32 cache's")
-      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--kv-min-top1", c.kv_min_top1,
+                  "with --kv-budget: the least share of steps whose argmax equals the f32 cache's, in (0, 1]")
+      ->check(kShare);
   cmd->add_option("--kv-compare", c.kv_compare,
                   "more KV types to cost the same way (f16,q8_0,q4_0: each a fresh engine, its own kv-budget row and plot)")
       ->delimiter(',');
@@ -104,8 +105,8 @@ Command add_conform(CLI::App& app) {
             apply_run_options(o->run);
             auto& c = o->conform;
             if (!zoo->empty()) c.checkpoint = zoo_member_dir(*zoo) + "/model.safetensors";
-            if (o->max_kl > 0) c.tolerance.max_kl = o->max_kl;
-            if (o->min_top1 > 0) c.tolerance.min_top1 = o->min_top1;
+            c.tolerance.max_kl = o->max_kl;
+            c.tolerance.min_top1 = o->min_top1;
             checks::conform_selection(c.groups);  // an unknown group is bad input, before the engine starts
             c.progress = [](const std::string& s) { std::cerr << ("conform: " + s + "\n"); };
             checks::ConformReport rep;

@@ -21,16 +21,10 @@ std::vector<const CacheVariant*> every_variant(bool faults) {
 
 namespace {
 
-std::string joined(const std::vector<std::string>& v, const std::string& sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
 std::string code_list(const std::vector<std::string>& v) {
   std::vector<std::string> c;
   for (const auto& x : v) c.push_back("`" + x + "`");
-  return joined(c);
+  return join(c);
 }
 
 // A Markdown cell: pipes escaped, one line.
@@ -117,7 +111,7 @@ std::string catalogue_text() {
   s << "sampler rows: " << sampler_checks().size() << " (sampler/<law>; `tinygpt checks --markdown` lists them)\n";
   s << "faults:\n";
   for (const auto* v : every_variant(/*faults=*/true))
-    s << "  " << v->name << ": " << v->description << " (must be caught by " << joined(v->expected)
+    s << "  " << v->name << ": " << v->description << " (must be caught by " << join(v->expected)
       << (v->applies ? " on a zoo member with " + v->feature : std::string()) << ")\n";
   s << "deviations an engine may declare: " << deviation_names() << "\n";
   return s.str();

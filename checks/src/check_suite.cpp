@@ -242,8 +242,7 @@ void annotate_deviations(const CheckDef& def, const RowBound& b, CheckResult& ro
     row.detail = "declared: " + b.declared_by.front() + ": " + row.detail;
   }
   if (!b.relaxed_by.empty() && judged) {
-    std::string names;
-    for (const auto& n : b.relaxed_by) names += (names.empty() ? "" : ", ") + n;
+    const std::string names = join(b.relaxed_by);
     // What judged it: the self bound, a KL bound (--max-kl or a deviation's), or the relaxed |diff|.
     const std::string bound = def.judge == Judge::Self ? sci(b.tol.self)
                               : b.tol.by_distribution()  ? judge(StepDiffs{}, b.tol).bound

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "paths.h"
+#include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
 
@@ -40,9 +41,7 @@ std::string data_dir() {
   tried.push_back(TINYGPT_GOLDEN_DIR);
   for (const auto& d : tried)
     if (fs::exists(fs::path(d) / "fixture.safetensors", ec)) return d;
-  std::string list;
-  for (const auto& d : tried) list += (list.empty() ? "" : ", ") + d;
-  throw std::runtime_error("the shipped fixture is not in any of: " + list +
+  throw std::runtime_error("the shipped fixture is not in any of: " + join(tried) +
                            " (set TINYGPT_DATA_DIR to the folder holding fixture.safetensors)");
 }
 
@@ -55,9 +54,7 @@ std::string engines_dir() {
   tried.push_back(std::string(TINYGPT_SOURCE_DIR) + "/engines");
   for (const auto& d : tried)
     if (fs::exists(fs::path(d) / "onnxruntime" / "export_onnx.py", ec)) return d;
-  std::string list;
-  for (const auto& d : tried) list += (list.empty() ? "" : ", ") + d;
-  throw std::runtime_error("the engine adapters are not in any of: " + list + " (set TINYGPT_ENGINES_DIR)");
+  throw std::runtime_error("the engine adapters are not in any of: " + join(tried) + " (set TINYGPT_ENGINES_DIR)");
 }
 
 }  // namespace tinygpt::checks

@@ -43,12 +43,6 @@ const std::map<std::string, std::string>& remedies() {
   return m;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 bool is_model_check(const std::string& name) {
   const auto& t = model_checks();
   return std::any_of(t.begin(), t.end(), [&](const CheckDef& c) { return c.name == name; });

@@ -19,12 +19,6 @@ namespace tinygpt::checks {
 
 namespace {
 
-std::string join_names(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& n : v) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 struct Timer {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
@@ -161,7 +155,7 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   if (!o.checks.empty()) {
     for (const auto& n : o.checks)
       if (std::find(every_row.begin(), every_row.end(), n) == every_row.end())
-        throw std::invalid_argument("--checks: '" + n + "' is not a row verify runs (" + join_names(every_row) + ")");
+        throw std::invalid_argument("--checks: '" + n + "' is not a row verify runs (" + join(every_row) + ")");
     plan.rows.clear();  // in the table's order, whatever the order asked
     for (const auto& n : every_row)
       if (std::find(o.checks.begin(), o.checks.end(), n) != o.checks.end()) plan.rows.push_back(n);
@@ -199,7 +193,7 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   }
   for (const CacheVariant* f : faults) {
     if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {
-      plan.left_out.push_back("fault " + f->name + " left out: none of the rows that must catch it (" + join_names(f->expected) +
+      plan.left_out.push_back("fault " + f->name + " left out: none of the rows that must catch it (" + join(f->expected) +
                               ") is selected");
       continue;
     }
@@ -341,7 +335,7 @@ VerifyRuns schedule_verify(Fixture& fx, const VerifyPlan& plan, const VerifyOpti
       ModelTarget fp32(fx.model, twin);
       runs.kv[job] = kv_cost_of(v->name, "f32", forced_logits(target, plan.main.prompt, plan.main.tokens, ref),
                                 forced_logits(fp32, plan.main.prompt, plan.main.tokens, ref), ref, plan.main.prompt.size(1),
-                                *v->kv_budget, 0, kLogitTolerance);
+                                *v->kv_budget, std::nullopt, kLogitTolerance);
       say("low-precision cache " + v->name + " checked (mean KL budget " + sci(*v->kv_budget) + ")");
     });
   if (plan.goldens)

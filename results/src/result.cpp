@@ -33,6 +33,12 @@ std::string sci(double v) {
   return b;
 }
 
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string s;
+  for (const auto& x : items) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
 CheckResult error_result(const std::string& name, const std::string& message, double seconds) {
   CheckResult r;
   r.name = name;

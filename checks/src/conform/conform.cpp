@@ -38,10 +38,10 @@ CheckResult declared_row(const std::string& name) {
     row.detail = "unknown to this suite: no check relaxed (known: " + deviation_names() + ")";
     return row;
   }
-  std::string touched, voided;
+  std::string touched;
   for (const auto& c : d->touched())
     if (std::find(d->voids.begin(), d->voids.end(), c) == d->voids.end()) touched += (touched.empty() ? "" : ", ") + c;
-  for (const auto& c : d->voids) voided += (voided.empty() ? "" : ", ") + c;
+  const std::string voided = join(d->voids);
   if (d->inside_window) {
     row.detail = d->what + "; keeps the run inside the window, as --no-past-window does: " + touched +
                  " skipped, saying so, the other rows stopped at the window's edge (" + d->evidence + ")";
@@ -209,7 +209,7 @@ EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cf
   // would fail an fp32 |diff| bound that the type is not meant to meet.
   if (!o.kv_type.empty() && o.kv_type != "f32" && !o.tolerance.by_distribution()) {
     eo.tolerance.max_kl = o.kv_budget;
-    if (o.kv_min_top1 > 0) eo.tolerance.min_top1 = o.kv_min_top1;
+    eo.tolerance.min_top1 = o.kv_min_top1;
   }
   eo.self_stride = o.self_stride;
   eo.variation = o.variation;
@@ -360,7 +360,7 @@ ConformReport run_conform(const ConformOptions& o) {
   CheckContext ctx(model, eo, judged, rep.model);
   Tolerances kv_bounds;  // a KV type's budget, judged like any bound (judge.h)
   kv_bounds.max_kl = o.kv_budget;
-  if (o.kv_min_top1 > 0) kv_bounds.min_top1 = o.kv_min_top1;
+  kv_bounds.min_top1 = o.kv_min_top1;
   run_rows(names, ctx, target, rep, say, mirror.get(), kv_bounds);
   rep.model.checks = rep.rows;
   if (!rep.fatal && (!o.kv_type.empty() || !o.kv_compare.empty())) {

@@ -36,7 +36,7 @@ bool KvCost::passed() const {
 Tolerances KvCost::bounds() const {  // the budget is a bound like --max-kl, judged by the one judge
   Tolerances t;
   t.max_kl = budget;
-  if (min_top1 > 0) t.min_top1 = min_top1;
+  t.min_top1 = min_top1;
   return t;
 }
 
@@ -59,7 +59,7 @@ at::Tensor forced_logits(DecodeTarget& t, const at::Tensor& prompt, int64_t toke
 }
 
 KvCost kv_cost_of(const std::string& type, const std::string& baseline_name, const at::Tensor& got, const at::Tensor& baseline,
-                  const Reference& ref, int64_t T0, double budget, double min_top1, double tol) {
+                  const Reference& ref, int64_t T0, double budget, std::optional<double> min_top1, double tol) {
   KvCost k;
   k.kv_type = type;
   k.baseline = baseline.defined() ? baseline_name : "";
@@ -130,7 +130,7 @@ CheckResult kv_budget_row(const KvCost& k) {
   r.stats["model_kl_mean"] = k.vs_model.kl_mean();
   const std::string against = k.baseline.empty() ? "our fp32 model (the target has no f32 cache)" : "the same target with an " + k.baseline + " cache";
   std::string budget = "budget: mean KL <= " + sci(k.budget);
-  if (k.min_top1 > 0) budget += ", top-1 >= " + pct(k.min_top1);
+  if (k.min_top1) budget += ", top-1 >= " + pct(*k.min_top1);
   budget += over ? "; first step over it at position " + std::to_string(*over) + " (KL " +
                        sci(d.kl[static_cast<size_t>(*over - d.first_position)]) + ")"
                  : "; no step over it";

@@ -55,7 +55,7 @@ struct ConformOptions {
   // where the engine has none) is at most kv_budget and, when set, the top-1 agreement at least
   // kv_min_top1.
   double kv_budget = 3e-5;  // kInt8KvBudget: the user's decision (docs/checks.md, "Low-precision caches")
-  double kv_min_top1 = 0;
+  std::optional<double> kv_min_top1;  // in (0, 1]; unset: KL alone
   std::vector<std::string> kv_compare;
   std::function<void(const std::string&)> progress;
 };

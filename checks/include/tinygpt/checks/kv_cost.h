@@ -21,7 +21,8 @@ struct KvCost {
   std::string baseline;   // the fp32-cache run's name ("f32"); empty when there is none
   StepDiffs vs_baseline;  // the type's teacher-forced logits against the fp32-cache run's (empty without one)
   StepDiffs vs_model;     // against our fp32 model (the banded reference: the rolling cache's semantics)
-  double budget = 0, min_top1 = 0;
+  double budget = 0;
+  std::optional<double> min_top1;  // unset: the budget gates on KL alone
   // What the verdict is judged against: vs_baseline when there is one, else vs_model.
   const StepDiffs& judged() const { return baseline.empty() ? vs_model : vs_baseline; }
   // The first position whose step's KL exceeds the budget, if any.
@@ -44,6 +45,6 @@ at::Tensor forced_logits(DecodeTarget& t, const at::Tensor& prompt, int64_t toke
 // `got` (B, n, V) against `baseline` (the same run with an fp32 cache, named `baseline_name`; undefined:
 // none) and the reference's banded logits, for a prompt of T0 tokens.
 KvCost kv_cost_of(const std::string& type, const std::string& baseline_name, const at::Tensor& got, const at::Tensor& baseline,
-                  const Reference& ref, int64_t T0, double budget, double min_top1, double tol);
+                  const Reference& ref, int64_t T0, double budget, std::optional<double> min_top1, double tol);
 
 }  // namespace tinygpt::checks

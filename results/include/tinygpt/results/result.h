@@ -68,5 +68,7 @@ std::string xml_escape(const std::string& s);
 size_t utf8_char(const std::string& s, size_t i, uint32_t& cp);
 // "1.23e-04".
 std::string sci(double v);
+// The items with `sep` between them: "a, b, c".
+std::string join(const std::vector<std::string>& items, const std::string& sep = ", ");
 
 }  // namespace tinygpt::results
