@@ -66,7 +66,7 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
                                                         variant_->speculative ? *variant_->speculative : production_rules(),
                                                         variant_->kernels);
   if (r.draft == "replay") {  // its ids are the request's: a drafter of its own
-    ReplayDrafter replay(r.replay, model_->config().vocab_size, r.replay_shift);
+    ReplayDrafter replay(r.replay, model_->config().vocab_size, r.replay_shift, r.replay_period);
     return speculative_->run(r.prompt, r.n, replay, r.settings, r.then_plain);
   }
   const std::string key = is_model ? "model@" + std::to_string(reinterpret_cast<uintptr_t>(r.draft_model.get())) : r.draft;

@@ -240,21 +240,25 @@ Proposal NgramDrafter::propose(const std::vector<int64_t>& seq, int64_t k, const
   return p;  // no match: the round is a plain step (the bonus token alone)
 }
 
-ReplayDrafter::ReplayDrafter(std::vector<int64_t> sequence, int64_t vocab, int64_t shift)
-    : sequence_(std::move(sequence)), vocab_(vocab), shift_(shift) {
+ReplayDrafter::ReplayDrafter(std::vector<int64_t> sequence, int64_t vocab, int64_t shift, int64_t period)
+    : sequence_(std::move(sequence)), vocab_(vocab), shift_(shift), period_(period) {
   if (vocab < 1) throw std::invalid_argument("ReplayDrafter: the vocabulary must hold an id");
   if (shift < 0 || shift >= vocab) throw std::invalid_argument("ReplayDrafter: the shift must be in [0, vocab)");
+  if (period < 1) throw std::invalid_argument("ReplayDrafter: the period must be >= 1");
   for (int64_t id : sequence_)
     if (id < 0 || id >= vocab) throw std::invalid_argument("ReplayDrafter: id " + std::to_string(id) + " outside the vocabulary");
 }
 
-std::string ReplayDrafter::name() const { return shift_ == 0 ? "replay" : "replay+" + std::to_string(shift_); }
+std::string ReplayDrafter::name() const {
+  if (shift_ == 0) return "replay";
+  return "replay+" + std::to_string(shift_) + (period_ > 1 ? " every " + std::to_string(period_) : "");
+}
 
 Proposal ReplayDrafter::propose(const std::vector<int64_t>& seq, int64_t k, const SamplingSettings&, at::Generator&,
                                 const SpeculativeRules&) {
   Proposal p;
   for (size_t j = seq.size(); j < sequence_.size() && static_cast<int64_t>(p.ids.size()) < k; ++j)
-    p.ids.push_back((sequence_[j] + shift_) % vocab_);
+    p.ids.push_back(j % static_cast<size_t>(period_) == 0 ? (sequence_[j] + shift_) % vocab_ : sequence_[j]);
   return p;  // past the sequence's end: no drafts (the round is a plain step)
 }
 

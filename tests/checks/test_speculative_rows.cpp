@@ -95,6 +95,16 @@ TEST_F(SpeculativeRows, EveryPlantedFaultFailsItsRows) {
     ModelTarget target(model, *f);
     const auto r = run_checks(model, opts, target, f->expected, &ref);
     for (const auto& c : r.checks) EXPECT_EQ(c.status, Status::Fail) << f->name << ": " << c.name << " must catch it; " << c.detail;
+    // Without a trained draft (a user's own checkpoint), the greedy, stop and cache rows still catch it.
+    std::vector<std::string> cheap;
+    for (const auto& n : f->expected)
+      if (n != check::kSpecDistribution) cheap.push_back(n);
+    if (cheap.empty()) continue;
+    EquivalenceOptions bare = opts;
+    bare.draft = GPT(nullptr);
+    ModelTarget again(model, *f);
+    for (const auto& c : run_checks(model, bare, again, cheap, &ref).checks)
+      EXPECT_EQ(c.status, Status::Fail) << f->name << " without a trained draft: " << c.name << " must catch it; " << c.detail;
   }
   EXPECT_GE(faults, 14);
 }

@@ -81,8 +81,8 @@ SpeculativeSettings greedy_settings(int64_t k) {
 
 // Temperature 0 is plain greedy, id for id, 50 tokens (three windows) past the prompt, at k = 1, 4, 8,
 // with drafts that are always right (the target's own weights, and its plain run replayed: every draft
-// accepted), never right (the argmin, and the plain run moved by one id: every draft rejected) and prompt
-// lookup; every new id's logits are a one-token step's.
+// accepted), never right (the argmin, and the plain run moved by one id: every draft rejected), right
+// but at every third id (accepted in part) and prompt lookup; every new id's logits are a one-token step's.
 TEST_P(Speculative, GreedyIsPlainGreedyForEveryDraftAndWidth) {
   const std::vector<int64_t> prompt = {1, 2, 3};
   const auto [want, want_logits] = plain(prompt, 50);
@@ -91,8 +91,8 @@ TEST_P(Speculative, GreedyIsPlainGreedyForEveryDraftAndWidth) {
   for (int64_t k : {1, 4, 8}) {
     ModelDrafter self(target), contrary(target, /*contrary=*/true);
     NgramDrafter ngram;
-    ReplayDrafter replay(whole, cfg.vocab_size), wrong(whole, cfg.vocab_size, 1);
-    for (Drafter* d : std::vector<Drafter*>{&self, &contrary, &ngram, &replay, &wrong}) {
+    ReplayDrafter replay(whole, cfg.vocab_size), wrong(whole, cfg.vocab_size, 1), wrong3(whole, cfg.vocab_size, 1, 3);
+    for (Drafter* d : std::vector<Drafter*>{&self, &contrary, &ngram, &replay, &wrong, &wrong3}) {
       SCOPED_TRACE(d->name() + " k=" + std::to_string(k));
       const SpeculativeRun r = spec(*d, prompt, 50, greedy_settings(k));
       ASSERT_EQ(r.ids, want);
@@ -100,6 +100,10 @@ TEST_P(Speculative, GreedyIsPlainGreedyForEveryDraftAndWidth) {
       if (d == &self || d == &replay) {
         EXPECT_EQ(r.accepted, r.drafted) << "the target drafting for itself is always right at temperature 0";
         EXPECT_GT(r.mean_accepted_length(), static_cast<double>(k));  // k drafts and the bonus, but the last round
+      }
+      if (d == &wrong3) {  // every third id wrong: rounds accepted in part
+        EXPECT_GT(r.accepted, 0);
+        EXPECT_LT(r.accepted, r.drafted);
       }
       if (d == &contrary || d == &wrong) {
         EXPECT_EQ(r.accepted, 0);

@@ -31,19 +31,28 @@ namespace tinygpt::checks {
 namespace {
 
 // spec-greedy's runs: a draft at a k, over the whole main run or to the window's edge and kShortPast past
-// it (where a width's numerics or a rollback's window first differ). The always-right draft (the main
-// run's own ids replayed: every verify step full) and prompt lookup (rounds accepted in part: rollbacks
-// as the ring wraps twice), whose drafts cost nothing, run the whole run; the always-right draft every
-// width; the trained draft kMainK and the widest. The never-right draft is spec-cache's.
+// it (where a width's numerics or a rollback's window first differ). The main run's own ids replayed
+// cost no draft step: every one of them (always right: every verify step full) at every width, and with
+// every p-th id moved by one (`wrong_every`: rounds accepted in part at known places, rollbacks of every
+// length below k, with or without a trained draft) at kMainK and the widest. Prompt lookup and the
+// always-right replay run the whole run (rollbacks as the ring wraps twice); the trained draft kMainK.
+// The never-right draft is spec-cache's.
 struct GreedyRun {
   const char* draft;
   int64_t k;
   bool whole;
+  int64_t wrong_every = 0;  // replay: the ids at multiples of it moved by one (0: none)
 };
 constexpr int64_t kMainK = 4;
 // The drafts accepted in part first: a rollback's bugs show at their first rejection.
-constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false}, {"ngram", kMainK, true}, {"replay", kMainK, true},
-                                     {"replay", 1, false},     {"replay", 8, false},    {"model", 8, false}};
+constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false},     {"replay", kMainK, false, 3}, {"ngram", kMainK, true},
+                                     {"replay", kMainK, true},     {"replay", 1, false},         {"replay", 8, false},
+                                     {"replay", 8, false, 5}};
+
+// A run's name: its draft, and for a replay its wrong ids ("replay wrong every 3").
+std::string run_label(const GreedyRun& g) {
+  return std::string(g.draft) + (g.wrong_every ? " wrong every " + std::to_string(g.wrong_every) : "");
+}
 constexpr int64_t kShortPast = 32;
 // spec-seeded's drafts: the plain seeded run's own ids replayed (every draw matches: blocks accepted
 // whole, the bonus drawn) and prompt lookup (most rejected: the target's draw at the first mismatch).
@@ -158,7 +167,7 @@ std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
 std::string runs_text() {
   std::string s;
   for (const GreedyRun& g : kGreedyRuns)
-    s += (s.empty() ? "" : ", ") + std::string(g.draft) + " at k = " + std::to_string(g.k) + (g.whole ? " over the whole run" : "");
+    s += (s.empty() ? "" : ", ") + run_label(g) + " at k = " + std::to_string(g.k) + (g.whole ? " over the whole run" : "");
   return s + "; the others to " + std::to_string(kShortPast) + " past the window";
 }
 
@@ -183,9 +192,12 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
       continue;
     }
     const int64_t len = g.whole ? n : std::min(n, c.model->config().context + kShortPast);
-    const SpeculativeRun run = c.target.speculate(request(c, draft, len, greedy_settings(k)));
+    SpeculativeRequest q = request(c, draft, len, greedy_settings(k));
+    if (g.wrong_every) q.replay_shift = 1, q.replay_period = g.wrong_every;
+    const SpeculativeRun run = c.target.speculate(q);
     ++runs;
-    const std::string what = draft + " draft at k = " + std::to_string(k);
+    const std::string label = run_label(g);
+    const std::string what = label + " draft at k = " + std::to_string(k);
     const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
     const size_t at = parting(run.ids, plain);
     const bool parted = at < plain.size() || run.ids.size() != plain.size();
@@ -211,16 +223,18 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
         r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
         return;
       }
-      if (!parted && draft == "replay" && run.accepted != run.drafted) {
+      if (!parted && draft == "replay" && !g.wrong_every && run.accepted != run.drafted) {
         set_result(r, false, what + ": " + std::to_string(run.accepted) + " of " + std::to_string(run.drafted) +
                                  " drafts accepted of the target's own greedy ids at temperature 0 (every one is right)");
         return;
       }
     }
     if (k == kMainK) {
-      summary += (summary.empty() ? "" : ", ") + draft + " " + pct(run.acceptance());
-      r.stats["acceptance_" + draft] = run.acceptance();
-      r.stats["mean_accepted_length_" + draft] = run.mean_accepted_length();
+      std::string key = label;
+      std::replace(key.begin(), key.end(), ' ', '_');
+      summary += (summary.empty() ? "" : ", ") + label + " " + pct(run.acceptance());
+      r.stats["acceptance_" + key] = run.acceptance();
+      r.stats["mean_accepted_length_" + key] = run.mean_accepted_length();
     }
   }
   r.figure = r.stats["max_abs_diff"];
@@ -579,7 +593,8 @@ CheckDef spec_greedy_def() {
   return {check::kSpecGreedy,
           "greedy speculative decoding is plain greedy decoding, id for id, past the window, and every new id's logits from the "
           "verify step of the drafts and the last id are a one-token step's (our reference) - the main run's own ids replayed as "
-          "drafts (replay: always right, every draft accepted, asserted), the trained draft (model) and prompt lookup (ngram): " +
+          "drafts (replay: always right, every draft accepted, asserted; wrong every p: those at multiples of p moved by one id, "
+          "accepted in part with or without a trained draft), the trained draft (model) and prompt lookup (ngram): " +
               runs_text(),
           spec_greedy_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Runs,
           "a verify step without its causal mask or at shifted positions, rejected entries left in the cache, a wrong accepted count, "

@@ -134,13 +134,14 @@ class NgramDrafter final : public Drafter {
 };
 
 // Given ids as drafts (no model): for a sequence of L ids, the next k of `sequence` from L (fewer at its
-// end), each moved by `shift` ids (mod `vocab`). With the target's own greedy run as `sequence` a draft
-// always right at temperature 0 and with shift 1 one never right, each at no cost of its own: what a
-// harness uses to drive the verify step and the rollback where the draft is not what it tests.
-// Deterministic: q is one-hot.
+// end), the id at index j moved by `shift` ids (mod `vocab`) where j is a multiple of `period`. With the
+// target's own greedy run as `sequence`: shift 0 a draft always right at temperature 0, shift 1 period 1
+// one never right, shift 1 period p one wrong at every p-th position (rounds accepted in part, their
+// rollbacks of every length below k) - each at no cost of its own: what a harness uses to drive the
+// verify step and the rollback where the draft is not what it tests. Deterministic: q is one-hot.
 class ReplayDrafter final : public Drafter {
  public:
-  ReplayDrafter(std::vector<int64_t> sequence, int64_t vocab, int64_t shift = 0);
+  ReplayDrafter(std::vector<int64_t> sequence, int64_t vocab, int64_t shift = 0, int64_t period = 1);
   std::string name() const override;
   void reset() override {}
   Proposal propose(const std::vector<int64_t>& seq, int64_t k, const SamplingSettings& s, at::Generator& gen,
@@ -148,7 +149,7 @@ class ReplayDrafter final : public Drafter {
 
  private:
   std::vector<int64_t> sequence_;
-  int64_t vocab_, shift_;
+  int64_t vocab_, shift_, period_;
 };
 
 // The decisions of a round, one member each; production_rules() is SPEC 11. A harness replaces one.

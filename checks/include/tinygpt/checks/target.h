@@ -66,15 +66,16 @@ struct ServedResult {
 // target's own draft-and-verify machinery, then `then_plain` plain greedy steps on the same cache (what
 // a rollback left behind shows there). `draft`: "self" (the target's own weights: always right at
 // temperature 0), "contrary" (never right there), "ngram" (prompt lookup), "model" (`draft_model`) or
-// "replay" (`replay`'s ids from the sequence's length on, each moved by `replay_shift`: the target's own
-// greedy run replayed is always right, moved by one never right, and neither costs a draft step).
+// "replay" (`replay`'s ids from the sequence's length on, those at multiples of `replay_period` moved by
+// `replay_shift`: the target's own greedy run replayed is always right, moved by one never right, moved
+// at every p-th id accepted in part, and none costs a draft step).
 struct SpeculativeRequest {
   std::vector<int64_t> prompt;
   int64_t n = 1;
   std::string draft = "self";
   GPT draft_model{nullptr};
   std::vector<int64_t> replay;  // the whole sequence, prompt first
-  int64_t replay_shift = 0;
+  int64_t replay_shift = 0, replay_period = 1;
   SpeculativeSettings settings;
   int64_t then_plain = 0;
 };
