@@ -271,6 +271,23 @@ TEST(SpeculativeParts, NgramProposesWhatFollowedTheLastMatch) {
   EXPECT_EQ(d.propose({5, 6, 5}, 4, s, g, production_rules()).ids, (std::vector<int64_t>{6, 5}));
 }
 
+// Replayed ids: the next k of the sequence from the current length, those at multiples of the period
+// moved by the shift (mod the vocabulary); nothing past its end; bad arguments refused.
+TEST(SpeculativeParts, ReplayProposesTheSequencesNextIdsMovedWhereItSays) {
+  at::Generator g = make_generator(at::kCPU, 0);
+  SamplingSettings s;
+  const std::vector<int64_t> seq = {1, 2, 3, 4, 5, 6, 7, 9};
+  EXPECT_EQ(ReplayDrafter(seq, 10).propose({1, 2, 3}, 3, s, g, production_rules()).ids, (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_EQ(ReplayDrafter(seq, 10, 1).propose({1, 2, 3}, 2, s, g, production_rules()).ids, (std::vector<int64_t>{5, 6}));
+  // Period 3: from index 4 the ids 5, 6, 7, 9; index 6 (a multiple of 3) moved by one: 7 -> 8.
+  EXPECT_EQ(ReplayDrafter(seq, 10, 1, 3).propose({1, 2, 3, 4}, 4, s, g, production_rules()).ids, (std::vector<int64_t>{5, 6, 8, 9}));
+  EXPECT_EQ(ReplayDrafter({9, 9}, 10, 1).propose({9}, 4, s, g, production_rules()).ids, std::vector<int64_t>{0});  // wraps
+  EXPECT_TRUE(ReplayDrafter(seq, 10).propose(seq, 4, s, g, production_rules()).ids.empty());
+  EXPECT_THROW(ReplayDrafter(seq, 10, 10), std::invalid_argument);
+  EXPECT_THROW(ReplayDrafter(seq, 10, 1, 0), std::invalid_argument);
+  EXPECT_THROW(ReplayDrafter(seq, 8), std::invalid_argument);  // id 9 outside a vocabulary of 8
+}
+
 TEST(SpeculativeParts, BadSettingsAreRefusedByName) {
   SpeculativeSettings s;
   s.k = 0;
