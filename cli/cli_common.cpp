@@ -12,22 +12,25 @@
 namespace tinygpt::cli {
 
 namespace {
-CLI::Validator number_check(bool zero_ok) {
+// A finite number for which `ok` holds, else "must be WHAT (got 'V')".
+CLI::Validator number_check(bool (*ok)(double), const std::string& what, const std::string& name) {
   return CLI::Validator(
-      [zero_ok](std::string& v) -> std::string {
+      [ok, what](std::string& v) -> std::string {
         try {
           size_t used = 0;
           const double x = std::stod(v, &used);
-          if (used == v.size() && std::isfinite(x) && (zero_ok ? x >= 0 : x > 0)) return "";
+          if (used == v.size() && std::isfinite(x) && ok(x)) return "";
         } catch (const std::exception&) {
         }
-        return std::string(zero_ok ? "must be a number >= 0" : "must be a number > 0") + " (got '" + v + "')";
+        return "must be " + what + " (got '" + v + "')";
       },
-      zero_ok ? "NUMBER>=0" : "NUMBER>0");
+      name);
 }
 }  // namespace
 
-const CLI::Validator kPositive = number_check(false);
+const CLI::Validator kPositive = number_check([](double x) { return x > 0; }, "a number > 0", "NUMBER>0");
+const CLI::Validator kNonNegative = number_check([](double x) { return x >= 0; }, "a number >= 0", "NUMBER>=0");
+const CLI::Validator kShare = number_check([](double x) { return x > 0 && x <= 1; }, "a share in (0, 1]", "SHARE in (0, 1]");
 
 void ReportFiles::add(CLI::App* cmd, bool bench) {
   cmd->add_option("--html", html, "also write a self-contained HTML report (plots, matrix, tables) here");
@@ -36,20 +39,6 @@ void ReportFiles::add(CLI::App* cmd, bool bench) {
     cmd->add_option("--bench-json", bench_json, "put this `tinygpt bench --json` report's table and chart in the HTML/Markdown")
         ->check(CLI::ExistingFile);
 }
-const CLI::Validator kNonNegative = number_check(true);
-
-const CLI::Validator kShare = CLI::Validator(
-    [](std::string& v) -> std::string {
-      try {
-        size_t used = 0;
-        const double x = std::stod(v, &used);
-        if (used == v.size() && x > 0 && x <= 1) return "";
-      } catch (const std::exception&) {
-      }
-      return "must be a share in (0, 1] (got '" + v + "')";
-    },
-    "SHARE in (0, 1]");
-
 
 void add_run_options(CLI::App* cmd, RunOptions& opts) {
   cmd->add_option("--device", opts.device, "cpu, cuda or cuda:N (CUDA needs a CUDA LibTorch)")

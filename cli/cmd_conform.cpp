@@ -18,7 +18,6 @@ namespace {
 
 struct Opts {
   checks::ConformOptions conform;
-  std::optional<double> max_kl, min_top1;  // unset: the |diff| bound judges
   std::string json, junit;
   RunOptions run;
   ReportFiles report;
@@ -58,10 +57,10 @@ Command add_conform(CLI::App& app) {
                   "the self check prefills every Nth step inside the window and the last (1: every step). Default: the "
                   "first 16 steps, every 16th, the 8 more where the run's top-2 margin is smallest, and the last")
       ->check(kPositive);
-  cmd->add_option("--max-kl", o->max_kl,
+  cmd->add_option("--max-kl", c.tolerance.max_kl,
                   "judge the logit checks by mean KL(reference || engine) per step instead of --tolerance (an approximate engine)")
       ->check(kPositive);
-  cmd->add_option("--min-top1", o->min_top1, "with or instead of --max-kl: the least share of steps whose argmax agrees, in (0, 1]")
+  cmd->add_option("--min-top1", c.tolerance.min_top1, "with or instead of --max-kl: the least share of steps whose argmax agrees, in (0, 1]")
       ->check(kShare);
   cmd->add_option("--kv-type", c.kv_type,
                   "the engine's KV cache type, sent in load as \"kv_type\" (f16, q8_0, q4_0, K/V apart as q8_0/f16: what its\n"
@@ -105,8 +104,6 @@ Command add_conform(CLI::App& app) {
             apply_run_options(o->run);
             auto& c = o->conform;
             if (!zoo->empty()) c.checkpoint = zoo_member_dir(*zoo) + "/model.safetensors";
-            c.tolerance.max_kl = o->max_kl;
-            c.tolerance.min_top1 = o->min_top1;
             checks::conform_selection(c.groups);  // an unknown group is bad input, before the engine starts
             c.progress = [](const std::string& s) { std::cerr << ("conform: " + s + "\n"); };
             checks::ConformReport rep;

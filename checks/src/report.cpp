@@ -112,7 +112,7 @@ nlohmann::json kv_json(const std::vector<KvCost>& kv) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& k : kv) {
     nlohmann::json j = {{"kv_type", k.kv_type}, {"baseline", k.baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.baseline)},
-                        {"budget", k.budget}, {"min_top1", k.min_top1 ? nlohmann::json(*k.min_top1) : nlohmann::json(nullptr)}, {"passed", k.passed()},
+                        {"budget", k.budget}, {"min_top1", opt(k.min_top1)}, {"passed", k.passed()},
                         {"first_over_budget", opt(k.first_over_budget())}, {"vs_model", per_position(k.vs_model)}};
     if (!k.baseline.empty()) j["vs_baseline"] = per_position(k.vs_baseline);
     out.push_back(j);

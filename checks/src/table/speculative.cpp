@@ -88,10 +88,10 @@ SpeculativeSettings greedy_settings(int64_t k) {
   return s;
 }
 
-// `draft` "replay" replays the target's main greedy run (always right at temperature 0; moved by one id
-// with shift 1, never right); the others are the target's own drafts.
+// `draft` "replay" replays the target's main greedy run (always right at temperature 0; a caller moves
+// ids with replay_shift / replay_period); the others are the target's own drafts.
 SpeculativeRequest request(CheckContext& c, const std::string& draft, int64_t n, const SpeculativeSettings& s, int64_t then = 0,
-                           std::vector<int64_t> prompt = {}, int64_t shift = 0) {
+                           std::vector<int64_t> prompt = {}) {
   SpeculativeRequest q;
   q.prompt = prompt.empty() ? prompt_of(c) : std::move(prompt);
   q.n = n;
@@ -99,7 +99,7 @@ SpeculativeRequest request(CheckContext& c, const std::string& draft, int64_t n,
   q.draft_model = c.opts.draft;
   q.settings = s;
   q.then_plain = then;
-  if (draft == "replay") q.replay = row0(c.main().seq), q.replay_shift = shift;
+  if (draft == "replay") q.replay = row0(c.main().seq);
   return q;
 }
 
@@ -114,8 +114,7 @@ std::string pct(double x) {
 // here do, costs no second forward - else one computed over `seq`.
 at::Tensor band_for(CheckContext& c, const std::vector<int64_t>& seq, int64_t T0, int64_t m) {
   const std::vector<int64_t> main_seq = row0(c.main().seq);
-  const bool on_main = T0 == c.opts.prompt.size(1) && m <= c.opts.tokens && seq.size() <= main_seq.size() + 1 &&
-                       std::equal(seq.begin(), seq.end() - 1, main_seq.begin());
+  const bool on_main = T0 == c.opts.prompt.size(1) && m <= c.opts.tokens && std::equal(seq.begin(), seq.end() - 1, main_seq.begin());
   if (on_main) return c.main_reference().band.narrow(0, 0, 1).narrow(1, 0, m);
   return reference_for(c.model, at::tensor(seq, at::kLong).unsqueeze(0).to(c.opts.prompt.device()), T0, m).band;
 }
@@ -377,7 +376,9 @@ void spec_cache_check(CheckContext& c, CheckResult& r) {
   // Rounds that reject every draft until past the window, then plain steps on the same cache.
   const int64_t total = std::min(c.opts.tokens, c.model->config().context + kPastTheWindow);
   const int64_t then = std::min<int64_t>(kThenPlain, total - 1), n = total - then;
-  const SpeculativeRun run = c.target.speculate(request(c, "replay", n, greedy_settings(kCacheK), then, {}, /*shift=*/1));
+  SpeculativeRequest q = request(c, "replay", n, greedy_settings(kCacheK), then);
+  q.replay_shift = 1;  // every id moved by one: never right
+  const SpeculativeRun run = c.target.speculate(q);
   r.stats["acceptance_never_right"] = run.acceptance();
   if (!c.tol().by_distribution() && run.accepted != 0) {
     set_result(r, false, std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
