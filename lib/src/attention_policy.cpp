@@ -19,7 +19,7 @@ void Rotary::rotate(at::Tensor& q, at::Tensor& k, int64_t start) const {
 }
 
 void Rotary::rotate_rows(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const {
-  q = rope_rows(q, positions);
+  q = rope_rows(q, positions);  // the table's rows, gathered once per tensor
   k = rope_rows(k, positions);
 }
 

@@ -40,6 +40,7 @@ at::Tensor rotate_ops(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 // The same arithmetic in one pass for a 4-D CPU float32 x whose last dim is contiguous. Each
 // product and difference is its own statement, so no compiler fuses them into an FMA: the result
 // is bit-identical to rotate_ops.
+// cos, sin: (T, hd/2), shared by every row of x, or (B * T, hd/2), row b * T + t for x's row b (rope_rows).
 at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const int64_t B = x.size(0), H = x.size(1), T = x.size(2), hd = x.size(3), half = hd / 2;
   at::Tensor out = at::empty({B, H, T, hd}, x.options());  // (B, H, T, hd) contiguous
@@ -49,12 +50,13 @@ at::Tensor rotate_fused(const at::Tensor& x, const at::Tensor& cos, const at::Te
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int64_t sb = x.stride(0), sh = x.stride(1), st = x.stride(2);
+  const bool per_row = c.size(0) != T;
   at::parallel_for(0, B * H * T, 256, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t t = r % T, h = (r / T) % H, b = r / (T * H);
+      const int64_t t = r % T, h = (r / T) % H, b = r / (T * H), a = per_row ? b * T + t : t;
       const float* in = xp + b * sb + h * sh + t * st;
       float* o = op + r * hd;
-      raw::rope_row(in, cp + t * half, sp + t * half, o, hd);
+      raw::rope_row(in, cp + a * half, sp + a * half, o, hd);
     }
   });
   return out;
@@ -131,12 +133,29 @@ at::Tensor rope_rows(const at::Tensor& x, const at::Tensor& positions) {
   if (x.dim() != 4 || positions.dim() != 2 || positions.size(0) != x.size(0) || positions.size(1) != x.size(2))
     throw std::invalid_argument("rope_rows: x must be (B, H, T, hd) and positions (B, T)");
   check_args(x, 0);
-  if (positions.numel() && positions.min().item<int64_t>() < 0) throw std::invalid_argument("rope_rows: positions must be >= 0");
-  const int64_t hd = x.size(-1);
-  const auto f32 = x.options().dtype(at::kFloat);
-  at::Tensor freqs = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd));  // (hd/2)
-  at::Tensor ang = positions.to(f32).unsqueeze(-1) * freqs;                                  // (B, T, hd/2)
-  return rotate_ops(x, ang.cos().unsqueeze(1), ang.sin().unsqueeze(1));                      // cos, sin (B, 1, T, hd/2)
+  const auto [cos, sin] = rope_row_angles(positions, x.size(-1), x.device());  // (B * T, hd/2)
+  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.stride(3) == 1) return rotate_fused(x, cos, sin);
+  const int64_t B = x.size(0), T = x.size(2), half = x.size(-1) / 2;
+  return rotate_ops(x, cos.view({B, 1, T, half}), sin.view({B, 1, T, half}));
+}
+
+std::pair<at::Tensor, at::Tensor> rope_row_angles(const at::Tensor& positions, int64_t hd, c10::Device device) {
+  if (positions.numel() == 0) {
+    const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+    return {at::empty({0, hd / 2}, f32), at::empty({0, hd / 2}, f32)};
+  }
+  const at::Tensor flat = positions.reshape({-1}).to(at::kLong);
+  const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
+  if (lo < 0) throw std::invalid_argument("rope_rows: positions must be >= 0");
+  if (hi < kRopeTableMax) {  // the table's rows: each position's angles exactly as a row rotated alone gets them
+    const auto [cos, sin] = rope_angles(0, hi + 1, hd, device);
+    const at::Tensor at_rows = flat.to(device);
+    return {cos.index_select(0, at_rows), sin.index_select(0, at_rows)};
+  }
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  const at::Tensor freqs = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd));  // (hd/2)
+  const at::Tensor ang = flat.to(f32).unsqueeze(-1) * freqs;                                        // (B * T, hd/2)
+  return {ang.cos(), ang.sin()};
 }
 
 }  // namespace tinygpt

@@ -23,8 +23,11 @@ std::pair<at::Tensor, at::Tensor> rope_angles(int64_t start, int64_t T, int64_t 
 constexpr int64_t kRopeTableMax = int64_t{1} << 16;
 
 // Rows at positions of their own (a ragged batch): x (B, H, T, hd), positions (B, T) int64 >= 0. The
-// same float32 operations as `rope`, so a row rotated here equals that row rotated alone.
+// angles are rope_angles' rows for those positions, so a row rotated here equals that row rotated alone.
 at::Tensor rope_rows(const at::Tensor& x, const at::Tensor& positions);
+// The angles rope_rows rotates by: cos and sin (B * T, hd/2) float32 on `device`, row b * T + t those of
+// positions[b][t] (positions (B, T) int64 >= 0: std::invalid_argument otherwise).
+std::pair<at::Tensor, at::Tensor> rope_row_angles(const at::Tensor& positions, int64_t hd, c10::Device device);
 
 // Rotates x (..., T, hd) by cos, sin (T, hd/2): (a, b) -> (a cos - b sin, a sin + b cos), in
 // float32, then back to x's dtype. CPU float32 runs one fused loop; elsewhere LibTorch ops.
