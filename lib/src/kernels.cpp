@@ -148,7 +148,7 @@ at::Tensor decode_gelu(const at::Tensor& x) {
 namespace {
 bool decodable(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   const int64_t K = x.size(-1), rows = K > 0 ? x.numel() / K : 0;
-  return rows >= 1 && rows <= kMatvecMaxRows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+  return rows >= 1 && rows <= kMatvecBlockedMaxRows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
          w.scalar_type() == at::kFloat && w.is_contiguous() && (!b.defined() || b.is_contiguous());
 }
 }  // namespace
@@ -156,11 +156,18 @@ bool decodable(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k, const at::Tensor& residual,
                    bool apply_gelu) {
   if (k == Kernels::Decode && decodable(x, w, b) && (!residual.defined() || residual.scalar_type() == at::kFloat)) {
-    const int64_t K = x.size(-1), rows = x.numel() / K;
+    const int64_t K = x.size(-1), rows = x.numel() / K, N = w.size(0);
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-    shape.back() = w.size(0);
-    at::Tensor res = residual.defined() ? residual.reshape({rows, w.size(0)}) : residual;
-    return matvec(x.reshape({rows, K}), w, b, res, apply_gelu).view(shape);  // (..., N)
+    shape.back() = N;
+    const at::Tensor xr = x.reshape({rows, K});
+    const at::Tensor res = residual.defined() ? residual.reshape({rows, N}) : residual;
+    if (rows <= kMatvecMaxRows) return matvec(xr, w, b, res, apply_gelu).view(shape);  // (..., N)
+    std::vector<at::Tensor> blocks;  // each (<= kMatvecMaxRows, N): the weight streamed once a block
+    for (int64_t r0 = 0; r0 < rows; r0 += kMatvecMaxRows) {
+      const int64_t n = std::min(kMatvecMaxRows, rows - r0);
+      blocks.push_back(matvec(xr.narrow(0, r0, n), w, b, res.defined() ? res.narrow(0, r0, n) : res, apply_gelu));
+    }
+    return at::cat(blocks, 0).view(shape);  // (..., N)
   }
   at::Tensor y = at::linear(x, w, b);
   if (apply_gelu) y = at::gelu(y);  // exact erf form

@@ -161,8 +161,21 @@ TEST(HugePages, BlocksAreAlignedToWhatTheyAreFor) {
 }
 
 TEST_P(Matvec, ManyRowsGoToTheLibrary) {
-  at::Tensor x = randn({kMatvecMaxRows + 1, 64}, 8), w = randn({32, 64}, 9);
+  at::Tensor x = randn({kMatvecBlockedMaxRows + 1, 64}, 8), w = randn({32, 64}, 9);
   EXPECT_TRUE(project(x, w, {}, Kernels::Decode).equal(at::linear(x, w)));
+}
+
+// Past kMatvecMaxRows and up to kMatvecBlockedMaxRows rows (a batch's verify step) the kernel runs
+// block by block: every row is the sum it is alone, bit for bit, bias, GELU and residual included.
+TEST_P(Matvec, ABlockedProductIsEachRowAlone) {
+  for (int64_t R : {kMatvecMaxRows + 1, int64_t{36}, kMatvecBlockedMaxRows}) {
+    const at::Tensor x = randn({R, 256}, 50), w = randn({96, 256}, 51), b = randn({96}, 52), res = randn({R, 96}, 53);
+    const at::Tensor all = project(x, w, b, Kernels::Decode, res, /*gelu=*/true);  // (R, 96)
+    EXPECT_LT(max_diff(all, res + at::gelu(at::linear(x, w, b))), 1e-4) << R << " rows";
+    for (int64_t r = 0; r < R; r += 7)
+      EXPECT_TRUE(project(x.narrow(0, r, 1), w, b, Kernels::Decode, res.narrow(0, r, 1), true).equal(all.narrow(0, r, 1)))
+          << "row " << r << " of " << R;
+  }
 }
 
 TEST_P(Matvec, RejectsBadShapes) {

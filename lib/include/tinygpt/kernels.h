@@ -29,6 +29,10 @@ enum class Kernels {
 // Up to this many rows (B x T) the matvec kernel beats OpenBLAS (docs/perf.md); longer prefills go
 // to BLAS, whose blocking wins there.
 constexpr int64_t kMatvecMaxRows = 16;
+// Up to this many rows a product still runs the kernel, in blocks of kMatvecMaxRows (a batch's verify
+// step: four rows of k + 1 = 9 tokens are 36; measured 1.07-1.22x the batched step through OpenBLAS at
+// k = 4, docs/perf.md).
+constexpr int64_t kMatvecBlockedMaxRows = 4 * kMatvecMaxRows;
 
 const char* to_string(Kernels k);
 
@@ -50,7 +54,8 @@ void set_kernel_path(KernelPath p);
 
 // x (..., K) times w (N, K) transposed, plus b (N) when defined, then GELU (exact erf form) when
 // asked, then plus residual (..., N) when defined: (..., N). Decode does bias, GELU and residual in
-// the product's epilogue; Library is at::linear, at::gelu and an add.
+// the product's epilogue (up to kMatvecBlockedMaxRows rows, in blocks of kMatvecMaxRows); Library is
+// at::linear, at::gelu and an add.
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k,
                    const at::Tensor& residual = {}, bool gelu = false);
 
