@@ -336,6 +336,13 @@ at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Ten
   return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
 }
 
+at::Tensor GPTImpl::step_at_every(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
+  if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
+    throw std::invalid_argument("step_at: positions must be (B, T) like idx");
+  const at::Tensor x = run_blocks(embed(idx), /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
+  return head(x, policy);                                                                                 // (B, T, V)
+}
+
 std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& item : named_parameters(/*recurse=*/true)) out.emplace_back(item.key(), item.value());

@@ -71,14 +71,27 @@ at::Tensor step_every_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache
   return head_with(model, x, kernels);                                                                  // (B, T, V)
 }
 
+namespace {
+// The layers at per-row positions with `kernels`: idx (B, T), positions (B, T) -> (B, T, d).
+at::Tensor blocks_at(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
+                     const AttentionPolicy& policy, Kernels kernels) {
+  if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
+    throw std::invalid_argument("step_at: positions must be (B, T) like idx");
+  return blocks_with(model, model.emb->forward(idx), /*start=*/0, policy, &cache, kernels, positions.to(idx.device()));
+}
+}  // namespace
+
 at::Tensor step_at_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
                         const AttentionPolicy& policy, Kernels kernels) {
   if (kernels == Kernels::Library || !model.seed_architecture()) return model.step_at(idx, cache, positions, policy);
-  if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
-    throw std::invalid_argument("step_at: positions must be (B, T) like idx");
-  const at::Tensor x = blocks_with(model, model.emb->forward(idx), /*start=*/0, policy, &cache, kernels,
-                                   positions.to(idx.device()));  // (B, T, d)
-  return head_with(model, x.select(1, x.size(1) - 1), kernels);  // (B, V)
+  const at::Tensor x = blocks_at(model, idx, cache, positions, policy, kernels);  // (B, T, d)
+  return head_with(model, x.select(1, x.size(1) - 1), kernels);                 // (B, V)
+}
+
+at::Tensor step_at_every_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
+                              const AttentionPolicy& policy, Kernels kernels) {
+  if (kernels == Kernels::Library || !model.seed_architecture()) return model.step_at_every(idx, cache, positions, policy);
+  return head_with(model, blocks_at(model, idx, cache, positions, policy, kernels), kernels);  // (B, T, V)
 }
 
 void pack_parameters(GPTImpl& model) {

@@ -140,12 +140,15 @@ std::pair<int64_t, int64_t> RowBatch::reusable(const std::vector<int64_t>& promp
 }
 
 at::Tensor RowBatch::run(const std::vector<int64_t>& rows, const at::Tensor& ids, const at::Tensor& positions,
-                         const std::vector<int64_t>& pads) {
+                         const std::vector<int64_t>& pads, const AttentionPolicy& policy, bool every) {
   std::vector<KVCache*> caches;
   for (int64_t r : rows) caches.push_back(live(r).cache.get());
-  RowsView view(caches, pads, model_.config().n_layers, /*unpadded=*/ids.size(1) == 1);
+  // Rows without left padding (a step, a verify step) each attend to their own keys as they are.
+  const bool unpadded = std::all_of(pads.begin(), pads.end(), [](int64_t p) { return p == 0; });
+  RowsView view(caches, pads, model_.config().n_layers, unpadded);
   at::NoGradGuard no_grad;
-  return step_at_with(model_, ids, view, positions, *path_.policy, path_.kernels);  // (R, V)
+  if (every) return step_at_every_with(model_, ids, view, positions, policy, path_.kernels);  // (R, T, V)
+  return step_at_with(model_, ids, view, positions, policy, path_.kernels);                  // (R, V)
 }
 
 std::vector<int64_t> RowBatch::add(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
@@ -196,7 +199,7 @@ std::vector<int64_t> RowBatch::add(const std::vector<std::vector<int64_t>>& prom
       slots.push_back(take_slot());
       pads.push_back(pad);
     }
-    const at::Tensor l = run(slots, ids.to(dev), pos, pads);  // (F, V)
+    const at::Tensor l = run(slots, ids.to(dev), pos, pads, *path_.policy);  // (F, V)
     for (int64_t f = 0; f < F; ++f) {
       Slot& s = slots_[slots[f]];
       advance(s, static_cast<int64_t>(fed[fresh[f]].size()));  // SPEC 4: a row counts the tokens fed to it
@@ -227,7 +230,7 @@ at::Tensor RowBatch::step(const std::vector<int64_t>& rows, const std::vector<in
   std::vector<int64_t> counters;
   for (size_t r = 0; r < rows.size(); ++r) counters.push_back(schedule_.step_counter(rows, r));
   for (int64_t r = 0; r < R; ++r) pos[r][0] = schedule_.step_position(slots_.at(counters[r]).next, batch_next);  // SPEC 4: its own count
-  at::Tensor out = run(rows, idx.to(model_.emb->weight.device()), pos, std::vector<int64_t>(rows.size(), 0));
+  at::Tensor out = run(rows, idx.to(model_.emb->weight.device()), pos, std::vector<int64_t>(rows.size(), 0), *path_.policy);
   for (size_t r = 0; r < rows.size(); ++r) advance(slots_[counters[r]], 1), slots_[rows[r]].tokens.push_back(ids[r]);
   return out;
 }
@@ -243,10 +246,50 @@ at::Tensor RowBatch::extend(int64_t row, const std::vector<int64_t>& ids) {
   check_token_ids(idx, model_.config().vocab_size, "RowBatch::extend");
   at::Tensor pos = at::empty({1, T}, at::kLong);  // (1, T): the row's own positions, after its entries
   for (int64_t i = 0; i < T; ++i) pos[0][i] = schedule_.extend_position(s.next, i);
-  at::Tensor out = run({row}, idx.to(model_.emb->weight.device()), pos, {0});
+  at::Tensor out = run({row}, idx.to(model_.emb->weight.device()), pos, {0}, *path_.policy);
   advance(s, T);
   s.tokens.insert(s.tokens.end(), ids.begin(), ids.end());
   return out;
+}
+
+std::vector<at::Tensor> RowBatch::verify(const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& blocks,
+                                         const AttentionPolicy& policy) {
+  if (rows.empty() || rows.size() != blocks.size()) throw std::invalid_argument("RowBatch::verify: one block per row");
+  const int64_t R = static_cast<int64_t>(rows.size());
+  int64_t T = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const std::string why = live(rows[r]).cache->row_ops_unsupported();
+    if (!why.empty()) throw std::invalid_argument("RowBatch::verify: the rows' caches cannot drop a block's padding: " + why);
+    if (std::find(rows.begin(), rows.begin() + r, rows[r]) != rows.begin() + r)
+      throw std::invalid_argument("RowBatch::verify: row " + std::to_string(rows[r]) + " listed twice");
+    if (blocks[r].empty()) throw std::invalid_argument("RowBatch::verify: an empty block");
+    T = std::max<int64_t>(T, static_cast<int64_t>(blocks[r].size()));
+  }
+  std::vector<int64_t> flat_ids, flat_pos;
+  for (int64_t r = 0; r < R; ++r) {
+    const auto& b = blocks[r];
+    const int64_t next = slots_[rows[r]].next;
+    for (int64_t i = 0; i < T; ++i) {
+      flat_ids.push_back(b[static_cast<size_t>(std::min<int64_t>(i, static_cast<int64_t>(b.size()) - 1))]);  // padded with its last id
+      flat_pos.push_back(schedule_.extend_position(next, i));
+    }
+  }
+  const at::Tensor idx = at::tensor(flat_ids, at::kLong).view({R, T}), pos = at::tensor(flat_pos, at::kLong).view({R, T});  // (R, T)
+  check_token_ids(idx, model_.config().vocab_size, "RowBatch::verify");
+  const at::Tensor out = run(rows, idx.to(model_.emb->weight.device()), pos, std::vector<int64_t>(rows.size(), 0), policy,
+                             /*every=*/true);  // (R, T, V)
+  std::vector<at::Tensor> logits;
+  for (int64_t r = 0; r < R; ++r) {
+    Slot& s = slots_[rows[r]];
+    const auto& b = blocks[r];
+    const int64_t n = static_cast<int64_t>(b.size());
+    advance(s, T);
+    s.tokens.insert(s.tokens.end(), b.begin(), b.end());
+    s.tokens.insert(s.tokens.end(), static_cast<size_t>(T - n), b.back());
+    if (n < T) truncate(rows[r], T - n);  // the padding's entries
+    logits.push_back(out[r].narrow(0, 0, n));  // (T_r, V)
+  }
+  return logits;
 }
 
 int64_t RowBatch::fork(int64_t row) {
@@ -524,5 +567,9 @@ int64_t RowBatch::next_position(int64_t row) const {
 }
 
 KVCache& RowBatch::cache(int64_t row) { return *live(row).cache; }
+
+const Config& RowBatch::config() const { return model_.config(); }
+
+c10::Device RowBatch::device() const { return model_.emb->weight.device(); }
 
 }  // namespace tinygpt

@@ -125,7 +125,7 @@ const SpeculativeRules& production_rules() {
     r.verify_policy = [](const Config& cfg) -> std::shared_ptr<const AttentionPolicy> {
       return std::make_shared<VerifyPolicy>(cfg.context);
     };
-    r.rollback = [](KVCache& cache, int64_t n) { cache.truncate(n); };
+    r.rollback = [](int64_t rejected) { return rejected; };
     return r;
   }();
   return rules;
@@ -264,6 +264,114 @@ Proposal ReplayDrafter::propose(const std::vector<int64_t>& seq, int64_t k, cons
 
 // --- the decoder ---
 
+namespace {
+
+// One sequence's state across rounds: the committed ids (prompt first), the run so far and the logits
+// each new id was chosen from, the target's stream and the draft's.
+struct Sequence {
+  Sequence(const std::vector<int64_t>& prompt, const SpeculativeSettings& s, c10::Device dev)
+      : seq(prompt), target_gen(make_generator(dev, s.seed)), draft_gen(make_generator(dev, s.seed ^ 0x9E3779B97F4A7C15ull)) {}
+  std::vector<int64_t> seq;
+  SpeculativeRun out;
+  std::vector<at::Tensor> rows;  // (V) per new id
+  at::Generator target_gen, draft_gen;
+  bool done(int64_t n) const { return static_cast<int64_t>(out.ids.size()) >= n || out.stopped; }
+};
+
+void check_request(const Config& cfg, const std::vector<int64_t>& prompt, int64_t n, const SpeculativeSettings& s) {
+  s.validate();
+  if (prompt.empty()) throw std::invalid_argument("speculative: the prompt is empty");
+  for (int64_t id : prompt)
+    if (id < 0 || id >= cfg.vocab_size)
+      throw std::invalid_argument("speculative: prompt id " + std::to_string(id) + " outside [0, " + std::to_string(cfg.vocab_size) + ")");
+  if (n < 1) throw std::invalid_argument("speculative: n must be >= 1");
+}
+
+// The drafter's proposal for the next round, at most k ids, q one-hot where the draft is deterministic.
+Proposal propose(Drafter& d, Sequence& q, const SpeculativeSettings& s, const SpeculativeRules& rules, int64_t V, c10::Device dev) {
+  SamplingSettings drafting = s.sampling;
+  if (s.rule == AcceptRule::SampleAndMatch) drafting.temperature = 0;  // greedy drafts; the target samples
+  Proposal prop = d.propose(q.seq, s.k, drafting, q.draft_gen, rules);
+  const int64_t kk = std::min<int64_t>(static_cast<int64_t>(prop.ids.size()), s.k);
+  prop.ids.resize(static_cast<size_t>(kk));
+  if (!prop.q.defined() && kk > 0) {  // a deterministic draft: one-hot q
+    prop.q = at::zeros({kk, V}, at::TensorOptions().dtype(at::kFloat).device(dev));
+    for (int64_t i = 0; i < kk; ++i) prop.q[i][prop.ids[static_cast<size_t>(i)]] = 1.0;
+  }
+  return prop;
+}
+
+// The verify step's block: the newest committed id (its entry not yet in the cache), then the drafts.
+std::vector<int64_t> block_of(const Sequence& q, const Proposal& prop) {
+  std::vector<int64_t> block = {q.seq.back()};
+  block.insert(block.end(), prop.ids.begin(), prop.ids.end());
+  return block;
+}
+
+// The rule over the verify step's logits L (kk + 1, V): how many drafts stand, then the one id the target
+// adds; the emitted ids are committed to `q` (cut at a stop id and at the budget n). Returns how many of
+// the block's entries hold no emitted id but the newest (what the round rolls back).
+int64_t decide(Sequence& q, const Proposal& prop, const at::Tensor& L, int64_t n, const SpeculativeSettings& s,
+               const SpeculativeRules& rules, c10::Device dev) {
+  const int64_t kk = static_cast<int64_t>(prop.ids.size());
+  // The history each position's pipeline sees (only a penalty reads it).
+  auto hist = [&](int64_t i) { return s.sampling.penalty != 1.0 ? history_of(rules.history(q.seq, prop.ids, i), dev) : at::Tensor(); };
+  int64_t accepted = 0, next = -1, next_row = -1;
+  for (; accepted < kk; ++accepted) {
+    const int64_t x = prop.ids[static_cast<size_t>(accepted)];
+    if (s.rule == AcceptRule::Exact) {
+      const at::Tensor p = rules.target_probs(L.select(0, accepted), hist(accepted), s.sampling);  // (V)
+      const at::Tensor qx = rules.ratio_q(prop, accepted, s.sampling);                              // (V)
+      const double u = rules.acceptance_uniform(prop, accepted, q.target_gen);
+      if (!rules.accept(at_index(p, x), at_index(qx, x), u)) break;
+    } else {
+      const int64_t t = pick(L.select(0, accepted).unsqueeze(0), s.sampling, hist(accepted), q.target_gen).item<int64_t>();
+      if (t != x) {
+        next = t, next_row = accepted;
+        break;
+      }
+    }
+  }
+  const int64_t j = std::clamp<int64_t>(rules.kept(accepted, kk), 0, kk);
+  if (j != accepted) next = -1;  // the drawn token (sample-and-match) belonged to another position
+  if (next < 0) {
+    if (j < kk) {  // after a rejection: the residual (exact), or the target's own draw (sample-and-match)
+      next_row = j;
+      if (s.rule == AcceptRule::Exact) {
+        const at::Tensor p = rules.target_probs(L.select(0, j), hist(j), s.sampling);
+        next = rules.draw_from(rules.residual(p, rules.ratio_q(prop, j, s.sampling)), uniform(q.target_gen));
+      } else {
+        next = pick(L.select(0, j).unsqueeze(0), s.sampling, hist(j), q.target_gen).item<int64_t>();
+      }
+    } else {  // every draft stands: the bonus id from the target's next distribution
+      next_row = std::clamp<int64_t>(rules.bonus_row(kk), 0, kk);
+      if (s.rule == AcceptRule::Exact)
+        next = rules.draw_from(rules.target_probs(L.select(0, next_row), hist(next_row), s.sampling), uniform(q.target_gen));
+      else
+        next = pick(L.select(0, next_row).unsqueeze(0), s.sampling, hist(next_row), q.target_gen).item<int64_t>();
+    }
+  }
+  std::vector<int64_t> emitted(prop.ids.begin(), prop.ids.begin() + j);
+  emitted.push_back(next);
+  const int64_t m = rules.keep(emitted, s.stop, n - static_cast<int64_t>(q.out.ids.size()));
+  emitted.resize(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) q.rows.push_back(L.select(0, i < j ? i : next_row));
+  ++q.out.rounds;
+  q.out.drafted += kk;
+  q.out.accepted += j;  // judged by the rule (a budget or a stop may end the output before them)
+  q.out.accepted_per_round.push_back(j);
+  for (int64_t id : emitted) {
+    q.seq.push_back(id);
+    q.out.ids.push_back(id);
+    if (std::find(s.stop.begin(), s.stop.end(), id) != s.stop.end()) q.out.stopped = true;
+  }
+  return kk + 1 - m;  // the block held kk + 1 entries; m new ids stay, all but the newest fed
+}
+
+void finish(Sequence& q) { q.out.logits = q.rows.empty() ? at::Tensor() : at::stack(q.rows).to(at::kFloat); }  // (m, V)
+
+}  // namespace
+
 SpeculativeDecoder::SpeculativeDecoder(GPT target, std::unique_ptr<KVCache> cache, const SpeculativeRules& rules, Kernels kernels)
     : model_(std::move(target)), cache_(std::move(cache)), rules_(rules), kernels_(kernels) {
   if (!cache_) throw std::invalid_argument("SpeculativeDecoder: no cache");
@@ -273,21 +381,16 @@ SpeculativeDecoder::SpeculativeDecoder(GPT target, std::unique_ptr<KVCache> cach
 
 SpeculativeRun SpeculativeDecoder::run(const std::vector<int64_t>& prompt, int64_t n, Drafter& drafter, const SpeculativeSettings& s,
                                        int64_t then_plain) {
-  s.validate();
   const Config& cfg = model_->config();
-  if (prompt.empty()) throw std::invalid_argument("speculative: the prompt is empty");
-  for (int64_t id : prompt)
-    if (id < 0 || id >= cfg.vocab_size)
-      throw std::invalid_argument("speculative: prompt id " + std::to_string(id) + " outside [0, " + std::to_string(cfg.vocab_size) + ")");
-  if (n < 1) throw std::invalid_argument("speculative: n must be >= 1");
+  check_request(cfg, prompt, n, s);
   if (then_plain < 0) throw std::invalid_argument("speculative: then_plain must be >= 0");
   const c10::Device dev = model_->emb->weight.device();
   const std::shared_ptr<const AttentionPolicy> policy = rules_.verify_policy(cfg);
 
   drafter.reset();
-  std::vector<int64_t> seq = prompt;
-  offset_ = std::max<int64_t>(0, static_cast<int64_t>(seq.size()) - cfg.context);
-  fed_.assign(seq.begin() + offset_, seq.end() - 1);  // the window's ids but the newest
+  Sequence q(prompt, s, dev);
+  offset_ = std::max<int64_t>(0, static_cast<int64_t>(q.seq.size()) - cfg.context);
+  fed_.assign(q.seq.begin() + offset_, q.seq.end() - 1);  // the window's ids but the newest
   if (prefilled_ && fed_ == prefilled_ids_) {  // the prompt of the last run again: its entries, copied
     cache_ = prefilled_->clone();
   } else {
@@ -295,110 +398,73 @@ SpeculativeRun SpeculativeDecoder::run(const std::vector<int64_t>& prompt, int64
     if (!fed_.empty()) verify_step(model_, *cache_, fed_, 0, *policy, kernels_);
     prefilled_ = cache_->clone(), prefilled_ids_ = fed_;
   }
-
-  at::Generator target_gen = make_generator(dev, s.seed), draft_gen = make_generator(dev, s.seed ^ 0x9E3779B97F4A7C15ull);
-  SamplingSettings drafting = s.sampling;
-  if (s.rule == AcceptRule::SampleAndMatch) drafting.temperature = 0;  // greedy drafts; the target samples
-
-  SpeculativeRun out;
-  std::vector<at::Tensor> rows;  // (V) per new id
-  const int64_t V = cfg.vocab_size;
-  while (static_cast<int64_t>(out.ids.size()) < n && !out.stopped) {
-    Proposal prop = drafter.propose(seq, s.k, drafting, draft_gen, rules_);
-    const int64_t kk = std::min<int64_t>(static_cast<int64_t>(prop.ids.size()), s.k);
-    prop.ids.resize(static_cast<size_t>(kk));
-    if (!prop.q.defined() && kk > 0) {  // a deterministic draft: one-hot q
-      prop.q = at::zeros({kk, V}, at::TensorOptions().dtype(at::kFloat).device(dev));
-      for (int64_t i = 0; i < kk; ++i) prop.q[i][prop.ids[static_cast<size_t>(i)]] = 1.0;
-    }
-    std::vector<int64_t> block = {seq.back()};
-    block.insert(block.end(), prop.ids.begin(), prop.ids.end());
-    const at::Tensor L = verify_step(model_, *cache_, block, static_cast<int64_t>(fed_.size()), *policy, kernels_);  // (kk + 1, V)
-    // The history each position's pipeline sees (only a penalty reads it).
-    auto hist = [&](int64_t i) { return s.sampling.penalty != 1.0 ? history_of(rules_.history(seq, prop.ids, i), dev) : at::Tensor(); };
-
-    // The rule: how many drafts stand, then the one id the target adds.
-    int64_t accepted = 0, next = -1, next_row = -1;
-    for (; accepted < kk; ++accepted) {
-      const int64_t x = prop.ids[static_cast<size_t>(accepted)];
-      if (s.rule == AcceptRule::Exact) {
-        const at::Tensor p = rules_.target_probs(L.select(0, accepted), hist(accepted), s.sampling);  // (V)
-        const at::Tensor q = rules_.ratio_q(prop, accepted, s.sampling);                               // (V)
-        const double u = rules_.acceptance_uniform(prop, accepted, target_gen);
-        if (!rules_.accept(at_index(p, x), at_index(q, x), u)) break;
-      } else {
-        const int64_t t = pick(L.select(0, accepted).unsqueeze(0), s.sampling, hist(accepted), target_gen).item<int64_t>();
-        if (t != x) {
-          next = t, next_row = accepted;
-          break;
-        }
-      }
-    }
-    const int64_t j = std::clamp<int64_t>(rules_.kept(accepted, kk), 0, kk);
-    if (j != accepted) next = -1;  // the drawn token (sample-and-match) belonged to another position
-    if (next < 0) {
-      if (j < kk) {  // after a rejection: the residual (exact), or the target's own draw (sample-and-match)
-        next_row = j;
-        if (s.rule == AcceptRule::Exact) {
-          const at::Tensor p = rules_.target_probs(L.select(0, j), hist(j), s.sampling);
-          next = rules_.draw_from(rules_.residual(p, rules_.ratio_q(prop, j, s.sampling)), uniform(target_gen));
-        } else {
-          next = pick(L.select(0, j).unsqueeze(0), s.sampling, hist(j), target_gen).item<int64_t>();
-        }
-      } else {  // every draft stands: the bonus id from the target's next distribution
-        next_row = std::clamp<int64_t>(rules_.bonus_row(kk), 0, kk);
-        if (s.rule == AcceptRule::Exact)
-          next = rules_.draw_from(rules_.target_probs(L.select(0, next_row), hist(next_row), s.sampling), uniform(target_gen));
-        else
-          next = pick(L.select(0, next_row).unsqueeze(0), s.sampling, hist(next_row), target_gen).item<int64_t>();
-      }
-    }
-    std::vector<int64_t> emitted(prop.ids.begin(), prop.ids.begin() + j);
-    emitted.push_back(next);
-    const int64_t m = rules_.keep(emitted, s.stop, n - static_cast<int64_t>(out.ids.size()));
-    emitted.resize(static_cast<size_t>(m));
-    for (int64_t i = 0; i < m; ++i) rows.push_back(L.select(0, i < j ? i : next_row));
-    ++out.rounds;
-    out.drafted += kk;
-    out.accepted += j;  // judged by the rule (a budget or a stop may end the output before them)
-    out.accepted_per_round.push_back(j);
-    // The cache holds the block's kk + 1 entries; the sequence keeps m new ids, all but the newest fed.
-    rules_.rollback(*cache_, kk + 1 - m);
-    for (int64_t id : emitted) {
-      seq.push_back(id);
-      out.ids.push_back(id);
-      if (std::find(s.stop.begin(), s.stop.end(), id) != s.stop.end()) out.stopped = true;
-    }
-    fed_.assign(seq.begin() + offset_, seq.end() - 1);
+  while (!q.done(n)) {
+    const Proposal prop = propose(drafter, q, s, rules_, cfg.vocab_size, dev);
+    const at::Tensor L = verify_step(model_, *cache_, block_of(q, prop), static_cast<int64_t>(fed_.size()), *policy, kernels_);  // (kk + 1, V)
+    cache_->truncate(rules_.rollback(decide(q, prop, L, n, s, rules_, dev)));
+    fed_.assign(q.seq.begin() + offset_, q.seq.end() - 1);
   }
-  out.logits = rows.empty() ? at::Tensor() : at::stack(rows).to(at::kFloat);  // (m, V)
+  finish(q);
 
   // Plain greedy steps on the same cache: what a rollback left behind shows in their logits.
   std::vector<at::Tensor> then;
   for (int64_t t = 0; t < then_plain; ++t) {
-    const at::Tensor l = verify_step(model_, *cache_, {seq.back()}, static_cast<int64_t>(fed_.size()), *policy, kernels_).select(0, 0);  // (V)
-    fed_.push_back(seq.back());
+    const at::Tensor l = verify_step(model_, *cache_, {q.seq.back()}, static_cast<int64_t>(fed_.size()), *policy, kernels_).select(0, 0);  // (V)
+    fed_.push_back(q.seq.back());
     then.push_back(l);
     const int64_t x = l.argmax().item<int64_t>();
-    seq.push_back(x);
-    out.then_ids.push_back(x);
+    q.seq.push_back(x);
+    q.out.then_ids.push_back(x);
   }
-  if (!then.empty()) out.then_logits = at::stack(then).to(at::kFloat);  // (t, V)
-  return out;
+  if (!then.empty()) q.out.then_logits = at::stack(then).to(at::kFloat);  // (t, V)
+  return std::move(q.out);
 }
 
-std::vector<SpeculativeRun> speculate_rows(GPT target, const std::function<std::unique_ptr<KVCache>()>& make_cache,
-                                           const std::function<std::unique_ptr<Drafter>()>& make_drafter,
-                                           const std::vector<std::vector<int64_t>>& prompts, int64_t n,
-                                           const SpeculativeSettings& s, const SpeculativeRules& rules, Kernels kernels) {
-  std::vector<SpeculativeRun> out;
+std::vector<SpeculativeRun> speculate_rows(RowBatch& batch, const std::function<std::unique_ptr<Drafter>()>& make_drafter,
+                                           const std::vector<std::vector<int64_t>>& prompts, int64_t n, const SpeculativeSettings& s,
+                                           const SpeculativeRules& rules) {
+  const Config& cfg = batch.config();
+  if (prompts.empty()) throw std::invalid_argument("speculative: no prompts");
+  for (const auto& p : prompts) check_request(cfg, p, n, s);
+  const std::string why = batch.unsupported();
+  if (!why.empty()) throw std::invalid_argument("speculative: the rows' caches cannot roll back rejected drafts: " + why);
+  const std::shared_ptr<const AttentionPolicy> policy = rules.verify_policy(cfg);
+
+  // Every row prefilled together; its newest id's entry is dropped again: each round's block starts with it.
+  at::Tensor first;  // (B, V), unused: a round computes the newest id's logits with its drafts
+  const std::vector<int64_t> rows = batch.add(prompts, first);
+  const c10::Device dev = batch.device();
+  std::vector<Sequence> seqs;
+  std::vector<std::unique_ptr<Drafter>> drafters;
   for (size_t b = 0; b < prompts.size(); ++b) {
-    SpeculativeDecoder dec(target, make_cache(), rules, kernels);
-    const auto drafter = make_drafter();
+    batch.truncate(rows[b], 1);
     SpeculativeSettings row = s;
     row.seed = s.seed + b;
-    out.push_back(dec.run(prompts[b], n, *drafter, row));
+    seqs.emplace_back(prompts[b], row, dev);
+    drafters.push_back(make_drafter());
+    drafters.back()->reset();
   }
+  while (true) {
+    std::vector<size_t> live;
+    for (size_t b = 0; b < seqs.size(); ++b)
+      if (!seqs[b].done(n)) live.push_back(b);
+    if (live.empty()) break;
+    std::vector<Proposal> props;
+    std::vector<int64_t> ids;
+    std::vector<std::vector<int64_t>> blocks;
+    for (size_t b : live) {
+      props.push_back(propose(*drafters[b], seqs[b], s, rules, cfg.vocab_size, dev));
+      ids.push_back(rows[b]);
+      blocks.push_back(block_of(seqs[b], props.back()));
+    }
+    const std::vector<at::Tensor> L = batch.verify(ids, blocks, *policy);  // per live row (kk + 1, V)
+    for (size_t i = 0; i < live.size(); ++i) {
+      const size_t b = live[i];
+      batch.truncate(rows[b], rules.rollback(decide(seqs[b], props[i], L[i], n, s, rules, dev)));  // each row its own count
+    }
+  }
+  std::vector<SpeculativeRun> out;
+  for (auto& q : seqs) finish(q), out.push_back(std::move(q.out));
   return out;
 }
 

@@ -10,6 +10,7 @@
 
 #include "tinygpt/generate.h"
 #include "tinygpt/sampler.h"
+#include "tinygpt/serving.h"
 #include "tinygpt/speculative.h"
 #include "../checks/small_model.h"
 
@@ -247,6 +248,124 @@ TEST_P(Speculative, ExactRuleKeepsTheTargetsDistribution) {
   EXPECT_LT(chi2, 60.0) << "df " << df;
   EXPECT_GT(accepted, 0);
   EXPECT_LT(accepted, drafted) << "a draft of other weights should be rejected sometimes";
+}
+
+// RowBatch::verify: blocks of different lengths for rows at different positions, in one step, give
+// each row's one-token steps' logits; the padding leaves no entry behind (the rows' next steps equal
+// plain steps); past the window too.
+TEST_P(Speculative, BatchedVerifyIsEachRowsOneTokenSteps) {
+  const std::vector<int64_t> a = {1, 2, 3}, b = {7, 5, 3, 1, 2, 9, 4};
+  auto block_of = [&](const std::vector<int64_t>& prompt, size_t len) {  // the plain run's next ids
+    const auto ids = plain(prompt, static_cast<int64_t>(len)).first;
+    return std::vector<int64_t>(ids.begin(), ids.end());
+  };
+  const std::vector<int64_t> ba = block_of(a, 4), bb = block_of(b, 1);
+  RowBatch batch(*target, [this] { return std::make_unique<RollingKVCache>(cfg); }, DecodePath{});
+  at::Tensor first;
+  const auto rows = batch.add({a, b}, first);
+  // Feed the prompts' last ids again as the blocks' first: drop them first, as a verify round does.
+  batch.truncate(rows[0], 1), batch.truncate(rows[1], 1);
+  std::vector<int64_t> blk_a = {a.back()}, blk_b = {b.back()};
+  blk_a.insert(blk_a.end(), ba.begin(), ba.end());
+  blk_b.insert(blk_b.end(), bb.begin(), bb.end());
+  const VerifyPolicy policy(cfg.context);
+  const auto L = batch.verify(rows, {blk_a, blk_b}, policy);
+  ASSERT_EQ(L.size(), 2u);
+  ASSERT_EQ(L[0].size(0), 5);
+  ASSERT_EQ(L[1].size(0), 2);
+  const at::Tensor fa = forced(a, std::vector<int64_t>(ba.begin(), ba.end()));  // (4, V): after a and each of ba but the last
+  const at::Tensor fb = forced(b, bb);
+  EXPECT_LT((L[0].narrow(0, 0, 4) - fa).abs().max().item<double>(), 1e-4);
+  EXPECT_LT((L[1].narrow(0, 0, 1) - fb).abs().max().item<double>(), 1e-4);
+  EXPECT_EQ(batch.next_position(rows[0]), 3 + 4);  // the prompt and the block after its first id
+  EXPECT_EQ(batch.next_position(rows[1]), 7 + 1);
+  // The next plain step of the shorter row sees no padding: its logits are the plain run's.
+  const auto want_b = plain(b, 3);
+  const at::Tensor next = batch.step({rows[1]}, {want_b.first[1]});
+  EXPECT_LT((next[0] - want_b.second[2]).abs().max().item<double>(), 1e-4);
+  EXPECT_THROW(batch.verify({rows[0], rows[0]}, {{1}, {2}}, policy), std::invalid_argument);
+  EXPECT_THROW(batch.verify({rows[0]}, {{}}, policy), std::invalid_argument);
+}
+
+// Rows of a batch speculating in one RowBatch, each with a draft of its own (always right, right but at
+// every third id, prompt lookup, never right; prompts of 1, 3 and window + 5 ids): each row's ids and
+// logits are plain greedy's, each accepts its own count, and the rows' caches after the last round hold
+// what plain runs hold (their next steps are plain steps). The same with the rollback skipped fails.
+TEST_P(Speculative, BatchedRowsEachAcceptTheirOwnCount) {
+  std::vector<int64_t> long_prompt;
+  for (int64_t i = 0; i < cfg.context + 5; ++i) long_prompt.push_back((i * 11 + 5) % cfg.vocab_size);
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {9, 8, 7}, long_prompt, {4}};
+  const int64_t n = 50;
+  std::vector<std::vector<int64_t>> want, whole;
+  std::vector<at::Tensor> want_logits;
+  for (const auto& p : prompts) {
+    auto [ids, logits] = plain(p, n + 1);
+    want.emplace_back(ids.begin(), ids.end() - 1);
+    want_logits.push_back(logits);
+    whole.push_back(p);
+    whole.back().insert(whole.back().end(), ids.begin(), ids.end());
+  }
+  auto run = [&](int64_t k, const SpeculativeRules& rules, RowBatch& batch) {
+    size_t next = 0;
+    auto make = [&]() -> std::unique_ptr<Drafter> {
+      const size_t b = next++;
+      if (b == 0) return std::make_unique<ReplayDrafter>(whole[0], cfg.vocab_size);
+      if (b == 1) return std::make_unique<ReplayDrafter>(whole[1], cfg.vocab_size, 1, 3);
+      if (b == 2) return std::make_unique<NgramDrafter>();
+      return std::make_unique<ModelDrafter>(target, /*contrary=*/true);
+    };
+    return speculate_rows(batch, make, prompts, n, greedy_settings(k), rules);
+  };
+  auto make_cache = [this] { return std::make_unique<RollingKVCache>(cfg); };
+  for (int64_t k : {1, 4, 8}) {
+    SCOPED_TRACE("k=" + std::to_string(k));
+    RowBatch batch(*target, make_cache, DecodePath{});
+    const auto runs = run(k, production_rules(), batch);
+    ASSERT_EQ(runs.size(), prompts.size());
+    for (size_t b = 0; b < runs.size(); ++b) {
+      SCOPED_TRACE("row " + std::to_string(b));
+      ASSERT_EQ(runs[b].ids, want[b]);
+      EXPECT_LT((runs[b].logits - want_logits[b].narrow(0, 0, n)).abs().max().item<double>(), 1e-4);
+    }
+    EXPECT_EQ(runs[0].accepted, runs[0].drafted);
+    EXPECT_GT(runs[1].accepted, 0);
+    EXPECT_LT(runs[1].accepted, runs[1].drafted);
+    EXPECT_EQ(runs[3].accepted, 0);
+    EXPECT_NE(runs[0].accepted_per_round, runs[1].accepted_per_round);
+    // Each row's next plain step, in one batch: the plain run's next logits.
+    const auto rows = batch.rows();
+    std::vector<int64_t> last;
+    for (const auto& r : runs) last.push_back(r.ids.back());
+    const at::Tensor next = batch.step(rows, last);  // (B, V)
+    for (size_t b = 0; b < runs.size(); ++b)
+      EXPECT_LT((next[static_cast<int64_t>(b)] - want_logits[b][n]).abs().max().item<double>(), 1e-4) << "row " << b;
+  }
+  SpeculativeRules kept = production_rules();
+  kept.rollback = [](int64_t) { return int64_t{0}; };
+  RowBatch batch(*target, make_cache, DecodePath{});
+  const auto runs = run(4, kept, batch);
+  EXPECT_NE(runs[1].ids, want[1]) << "rejected drafts left in a row's cache must change its ids";
+}
+
+// Sampled rows in one batch draw what each row alone draws with its seed (s.seed + b): the exact rule
+// with a draft of other weights at temperature > 0.
+TEST_P(Speculative, BatchedSampledRowsAreEachRowAlone) {
+  const std::vector<std::vector<int64_t>> prompts = {{4, 4, 2, 9}, {1}, {3, 1, 4, 1, 5}};
+  SpeculativeSettings s;
+  s.k = 3;
+  s.sampling = SamplingSettings::every_stage();
+  s.seed = 21;
+  GPT other(cfg, 99);
+  RowBatch batch(*target, [this] { return std::make_unique<RollingKVCache>(cfg); }, DecodePath{});
+  const auto runs = speculate_rows(batch, [&] { return std::make_unique<ModelDrafter>(other); }, prompts, 30, s);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    ModelDrafter draft(other);
+    SpeculativeSettings alone = s;
+    alone.seed = s.seed + b;
+    const SpeculativeRun r = spec(draft, prompts[b], 30, alone);
+    EXPECT_EQ(runs[b].ids, r.ids) << "row " << b;
+    EXPECT_EQ(runs[b].accepted_per_round, r.accepted_per_round) << "row " << b;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Speculative, ::testing::Values(false, true),

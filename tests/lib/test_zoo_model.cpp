@@ -23,6 +23,7 @@
 #include "tinygpt/rope_scaling.h"
 #include "tinygpt/safetensors.h"
 #include "tinygpt/serving.h"
+#include "tinygpt/speculative.h"
 #include "tinygpt/static_kv_cache.h"
 #include "tinygpt/zoo.h"
 
@@ -135,6 +136,45 @@ TEST_P(ZooMember, ServingRowsDecodeAsOneRow) {
   const at::Tensor wa = banded_run(m, a, 150).select(0, 0), wb = banded_run(m, b, 90).select(0, 0);
   EXPECT_LT(max_diff(la, wa), 2e-4);
   EXPECT_LT(max_diff(lb, wb), 2e-4);
+}
+
+TEST_P(ZooMember, SpeculativeRowsInOneBatchAreEachRowsGreedy) {
+  // speculate_rows (speculative.h) on a member: three rows in one RowBatch, each with a draft of its own
+  // (its plain run replayed with every third id wrong, prompt lookup, the plain run replayed), 270 new
+  // ids past the window and every sliding one at k = 4: each row's ids and logits are its plain greedy's.
+  const Config c = zoo_config(GetParam());
+  GPT m = sharp_model(c);
+  at::NoGradGuard ng;
+  const std::vector<std::vector<int64_t>> prompts = {{1, 2, 3}, {40, 41, 42, 43, 44, 45, 46, 47}, {9}};
+  const int64_t n = 270;
+  std::vector<std::vector<int64_t>> whole;
+  std::vector<at::Tensor> want;  // (n, V) per row
+  for (const auto& p : prompts) {
+    RollingKVCache cache(c);
+    Recorder rec;
+    const at::Tensor seq = generate_cached(m, at::tensor(p, at::kLong).unsqueeze(0), n, greedy(), cache, {}, rec.observer())[0];
+    whole.emplace_back(seq.data_ptr<int64_t>(), seq.data_ptr<int64_t>() + seq.numel());
+    want.push_back(rec.stacked()[0]);
+  }
+  size_t next = 0;
+  auto make = [&]() -> std::unique_ptr<Drafter> {
+    const size_t b = next++;
+    if (b == 0) return std::make_unique<ReplayDrafter>(whole[0], c.vocab_size, 1, 3);
+    if (b == 1) return std::make_unique<NgramDrafter>();
+    return std::make_unique<ReplayDrafter>(whole[2], c.vocab_size);
+  };
+  SpeculativeSettings s;
+  s.k = 4;
+  s.sampling.temperature = 0;
+  RowBatch rows(*m, [&c] { return std::make_unique<RollingKVCache>(c); }, DecodePath{});
+  const auto runs = speculate_rows(rows, make, prompts, n, s);
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const std::vector<int64_t> ids(whole[b].begin() + static_cast<int64_t>(prompts[b].size()), whole[b].end());
+    ASSERT_EQ(runs[b].ids, ids) << "row " << b;
+    EXPECT_LT(max_diff(runs[b].logits, want[b]), 2e-4) << "row " << b;
+  }
+  EXPECT_LT(runs[0].accepted, runs[0].drafted);
+  EXPECT_EQ(runs[2].accepted, runs[2].drafted);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, ZooMember, ::testing::ValuesIn(zoo_names()), [](const auto& info) { return info.param; });

@@ -33,6 +33,9 @@ class VerifyPositionsOffByOne final : public AttentionPolicy {
   void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
     AttentionPolicy::position(q, k, v, q.size(2) > 1 ? start + 1 : start, r);
   }
+  void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions, const Rotary& r) const override {
+    AttentionPolicy::position_rows(q, k, v, q.size(2) > 1 ? positions + 1 : positions, r);  // a batch's verify step (RowBatch::verify)
+  }
   at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override {
     return band_.mask(tq, tk, opts, window);
   }
@@ -116,7 +119,7 @@ void register_speculative_faults(CacheRegistry& r) {
                      s.verify_policy = [](const Config& c) { return std::make_shared<VerifyPositionsOffByOne>(c.context); };
                    }));
   r.add(spec_fault("spec-rejected-entries-kept", "a round's rejected drafts left in the target's cache (no rollback; vLLM #9730's family)",
-                   {kSpecGreedy, kSpecCache}, [](SpeculativeRules& s) { s.rollback = [](KVCache&, int64_t) {}; }));
+                   {kSpecGreedy, kSpecCache}, [](SpeculativeRules& s) { s.rollback = [](int64_t) { return int64_t{0}; }; }));
   r.add(spec_fault("spec-accepted-count-off-by-one", "a round keeps one draft more than the rule accepted (the first rejected one too)",
                    {kSpecGreedy}, [](SpeculativeRules& s) {
                      s.kept = [](int64_t accepted, int64_t k) { return accepted < k ? accepted + 1 : accepted; };

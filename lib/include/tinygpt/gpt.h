@@ -182,6 +182,9 @@ class GPTImpl : public torch::nn::Module {
   // A cached step of rows at positions of their own: idx (B, T), positions (B, T) int64 (a ragged
   // batch, serving.h). Returns the last column's logits (B, V).
   at::Tensor step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy);
+  // step_at() with every column's logits, (B, T, V): several tokens for each row of a ragged batch at
+  // once (a batched speculative verify step, serving.h's RowBatch::verify).
+  at::Tensor step_at_every(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy);
 
   // The state-dict entries in the series' order (64 for the seed's), `head.weight` aliasing
   // `emb.weight` when the embeddings are tied.

@@ -29,6 +29,9 @@ at::Tensor step_every_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache
 // GPTImpl::step_at computed with `kernels`: rows at positions (B, T) of their own -> (B, V).
 at::Tensor step_at_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
                         const AttentionPolicy& policy, Kernels kernels);
+// GPTImpl::step_at_every computed with `kernels`: every column's logits, (B, T, V).
+at::Tensor step_at_every_with(GPTImpl& model, const at::Tensor& idx, KVCache& cache, const at::Tensor& positions,
+                              const AttentionPolicy& policy, Kernels kernels);
 
 // Moves every CPU parameter into one block of huge pages (huge_pages.h) in the order a decode step
 // reads them - each layer's parameters in registration order (norm1, qkv, out, norm2, up, down),

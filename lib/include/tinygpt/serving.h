@@ -2,7 +2,8 @@
 // of different lengths, each with a cache of its own and positions of its own, decoded together;
 // rows join a running batch and leave it, fork (a copy that continues differently) and roll back
 // (drop the tokens of a rejected speculative draft), extend (a chunk of a prompt, or tokens appended
-// after generating), and reuse a released row's entries for a new prompt that shares its prefix
+// after generating), verify (a block of tokens for each of several rows in one step: speculative
+// decoding's verify step, speculative.h's speculate_rows), and reuse a released row's entries for a new prompt that shares its prefix
 // (llama-server's prompt cache: the shared entries are kept, the rest is computed, always at least
 // the prompt's last token, whose logits are the answer). The arithmetic is the model's own step at
 // per-row positions over the rows' keys assembled into one padded batch, each row seeing only its
@@ -103,6 +104,14 @@ class RowBatch {
   // last new position's logits. The chunk must end inside the window (positions < context): past it
   // SPEC 4's rolling window differs for every query of the chunk.
   at::Tensor extend(int64_t row, const std::vector<int64_t>& ids);
+  // Several tokens for each of `rows` in ONE batched step (a speculative verify step: each row's last id
+  // and its drafts), each row at its own next positions, each position seeing what `policy` lets it
+  // (speculative.h's VerifyPolicy: a one-token step's view at every position, past the window too).
+  // Blocks of different lengths are padded after their ends; the padding's entries are dropped again.
+  // Returns each row's (T_r, V) logits, one row per token of its block. The rows' caches must roll back
+  // (unsupported() == ""): std::invalid_argument otherwise, for an empty block or a row listed twice.
+  std::vector<at::Tensor> verify(const std::vector<int64_t>& rows, const std::vector<std::vector<int64_t>>& blocks,
+                                 const AttentionPolicy& policy);
   // A context shift (llama.cpp's seq_rm + seq_add, when a conversation fills the window): drops the
   // `discard` entries after the first `keep` of `row` and renumbers the later ones down by `discard`,
   // their keys rotated back by `discard` positions (RoPE sees distances only: a kept key becomes the
@@ -134,6 +143,8 @@ class RowBatch {
   std::vector<int64_t> rows() const;       // the live rows, by id
   int64_t next_position(int64_t row) const;  // tokens fed to `row` so far
   KVCache& cache(int64_t row);
+  const Config& config() const;
+  c10::Device device() const;  // where the model's weights (and the rows' entries) are
 
  private:
   struct Slot {
@@ -149,8 +160,10 @@ class RowBatch {
   int64_t take_slot();
   // The released slot sharing the longest prefix with `prompt` (and how long), not in `taken`; -1 if none.
   std::pair<int64_t, int64_t> reusable(const std::vector<int64_t>& prompt, const std::vector<int64_t>& taken) const;
+  // One batched step of `rows`: ids and positions (R, T), each row's left padding -> (R, V) the last
+  // column's logits, or (R, T, V) every column's (`every`).
   at::Tensor run(const std::vector<int64_t>& rows, const at::Tensor& ids, const at::Tensor& positions,
-                 const std::vector<int64_t>& pads);
+                 const std::vector<int64_t>& pads, const AttentionPolicy& policy, bool every = false);
 
   GPTImpl& model_;
   RowCacheFactory make_cache_;

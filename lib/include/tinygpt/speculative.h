@@ -12,15 +12,15 @@
 //   at the first sample that differs from the draft. One draw per emitted token, so a seeded run equals
 //   plain seeded decoding draw for draw.
 //
-// Rejected tokens are rolled back from both models' caches (KVCache::truncate: every layer, a sliding
-// layer's own history included). The verify step sees, at every one of its positions, exactly the keys
+// Rejected tokens are rolled back from both models' caches (KVCache::truncate, RowBatch::truncate in a
+// batch: every layer, a sliding layer's own history included). The verify step sees, at every one of its positions, exactly the keys
 // a one-token step there would see (SPEC 4's window past the context, a sliding layer's window), so
 // past the window too the result is the plain decoder's.
 //
 // Each decision of a round is one member of SpeculativeRules, as the sampler's stages are one member
 // of SamplerStages: a harness replaces exactly one of them to plant a bug, and the decoder has no
-// branch for it. Rows of a batch decode independently, each with caches of its own, each accepting its
-// own count (a verify step per row: the rows' lengths part after the first round).
+// branch for it. Rows of a batch decode in one RowBatch: one batched verify step a round, each row
+// accepting its own count (speculate_rows).
 // Leaves out tree drafting (several candidates per position) and draft models with another tokenizer.
 #pragma once
 
@@ -39,6 +39,7 @@
 #include "tinygpt/kernels.h"
 #include "tinygpt/kv_cache.h"
 #include "tinygpt/sampler.h"
+#include "tinygpt/serving.h"
 
 namespace tinygpt {
 
@@ -187,8 +188,9 @@ struct SpeculativeRules {
   // The verify step's attention: where its k + 1 queries sit and which keys each sees. Production:
   // VerifyPolicy, a one-token step's view at every position.
   std::function<std::shared_ptr<const AttentionPolicy>(const Config& cfg)> verify_policy;
-  // Drops the target's newest n entries after a round (the rejected drafts). Production: truncate.
-  std::function<void(KVCache& cache, int64_t n)> rollback;
+  // How many of the target's newest entries a round drops once `rejected` of them hold no emitted id
+  // (the rejected drafts, and any past a stop id or the budget). Production: rejected.
+  std::function<int64_t(int64_t rejected)> rollback;
 };
 const SpeculativeRules& production_rules();
 
@@ -265,12 +267,15 @@ class SpeculativeDecoder {
   std::unique_ptr<KVCache> prefilled_;
 };
 
-// Rows of a batch, each decoded on its own (caches of its own, its own accepted counts) with seed
-// s.seed + b for row b: prompts (B) -> B runs. `make_drafter` gives each row a drafter of its own.
-std::vector<SpeculativeRun> speculate_rows(GPT target, const std::function<std::unique_ptr<KVCache>()>& make_cache,
-                                           const std::function<std::unique_ptr<Drafter>()>& make_drafter,
-                                           const std::vector<std::vector<int64_t>>& prompts, int64_t n,
-                                           const SpeculativeSettings& s, const SpeculativeRules& rules = production_rules(),
-                                           Kernels kernels = Kernels::Library);
+// Rows of a batch decoded speculatively together in one RowBatch (serving.h), as a server's slots do:
+// every round, each unfinished row's block (its newest id and its drafts, k of them or fewer) goes
+// through ONE batched verify step (RowBatch::verify, blocks padded to the longest), each row accepts its
+// own count and rolls back its own rejected drafts (RowBatch::truncate), so the rows' lengths part after
+// the first round. Row b draws with seed s.seed + b: its ids are a SpeculativeDecoder's for that row
+// alone. `make_drafter` gives each row a drafter of its own. The rows are added to `batch` (RowBatch::add)
+// and left in it. Throws std::invalid_argument for bad prompts or settings, or rows that cannot roll back.
+std::vector<SpeculativeRun> speculate_rows(RowBatch& batch, const std::function<std::unique_ptr<Drafter>()>& make_drafter,
+                                           const std::vector<std::vector<int64_t>>& prompts, int64_t n, const SpeculativeSettings& s,
+                                           const SpeculativeRules& rules = production_rules());
 
 }  // namespace tinygpt
