@@ -1,6 +1,7 @@
 // `tinygpt bench`: the seed's benchmark (SPEC 7) per cache, and where a decode step's time goes.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
@@ -60,7 +61,8 @@ Command add_bench(CLI::App& app) {
       "With --speculative: the same table for speculative decoding (docs/speculative.md) on a TRAINED target\n"
       "(default: the shipped fixture, its draft golden/draft.safetensors): plain cached greedy against draft-and-\n"
       "verify per --spec-draft x --batch x --k x --thread-sweep, with the acceptance rate, ids per round and whether\n"
-      "the ids are plain greedy's; --tokens is one count here (new ids per row, default 256).");
+      "the ids are plain greedy's; a batch's rows speculate in one batch, beside the same rows one after another;\n"
+      "--tokens is one count here (new ids per row, default 256). Exit 1 when a cell's ids are not plain greedy's.");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
@@ -143,6 +145,12 @@ Command add_bench(CLI::App& app) {
               if (tty) std::cerr << "\r\033[K";
               std::cout << rep.format();
               if (!o->json.empty()) results::write_json_atomically(o->json, rep.to_json());
+              const auto lossy = std::count_if(rep.rows.begin(), rep.rows.end(), [](const auto& r) { return !r.lossless; });
+              if (lossy > 0) {  // speculation that changed the ids is a bug, not a timing
+                std::cerr << "tinygpt: bench --speculative: " << lossy << " of " << rep.rows.size()
+                          << " cells gave ids other than plain greedy's (lossless: NO)\n";
+                return int(kCheckFailed);
+              }
               return int(kOk);
             }
             GPT model = load_model(o->model, dev);

@@ -6,9 +6,11 @@
 // cache; its verify steps' k + 1 rows and a model draft's steps through the decode kernels). Two plain
 // baselines, both timed in the cell: the series' path (the rolling cache and the model's own step, what
 // the seed's bench times) and the production path (the static cache, the decode kernels and the fused
-// step): the ratio against the production path is the one that says whether speculation pays. Batch B: B different prompts, each decoded on its own (rows accept
-// their own counts) against plain decoding of the B rows together. One timed run per cell after a
-// warm-up, as the seed's bench; compare ratios within one run.
+// step): the ratio against the production path is the one that says whether speculation pays. Batch B:
+// B different prompts speculating together in one RowBatch (one batched verify step a round, each row
+// accepting its own count) against plain decoding of the B rows together, and against the same rows
+// speculating one after another, each in a decoder of its own (what batching the verify step buys).
+// One timed run per cell after a warm-up, as the seed's bench; compare ratios within one run.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -38,6 +40,7 @@ struct SpecBenchRow {
   double plain_tok_s = 0;       // the rolling cache and the model's own step: the decoder's own path
   double production_tok_s = 0;  // the static cache with the decode kernels and the fused step
   double spec_tok_s = 0;
+  double alone_tok_s = 0;  // batch > 1: the rows speculating one after another (0 at batch 1)
   double acceptance = 0, mean_accepted_length = 0;
   bool lossless = false;  // every row's ids equal plain greedy's
   double speedup() const { return production_tok_s > 0 ? spec_tok_s / production_tok_s : 0; }
