@@ -176,7 +176,7 @@ at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, Kernels k) {
   const int64_t d = x.size(-1), rows = d > 0 ? x.numel() / d : 0;
-  if (k == Kernels::Decode && rows >= 1 && rows <= kMatvecMaxRows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
+  if (k == Kernels::Decode && rows >= 1 && rows <= kMatvecBlockedMaxRows && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
       w.scalar_type() == at::kFloat && b.defined() && b.scalar_type() == at::kFloat && w.is_contiguous() && b.is_contiguous())
     return layer_norm_rows(x, w, b, eps);
   return at::layer_norm(x, {d}, w, b, eps);

@@ -190,6 +190,19 @@ TEST_P(DecodeLayerNorm, EqualsLibTorch) {
   EXPECT_TRUE(layer_norm(x, w, b, 1e-5, Kernels::Library).equal(at::layer_norm(x, {256}, w, b, 1e-5)));
 }
 
+// Up to kMatvecBlockedMaxRows rows (a prefill or a batch's verify step) each row is normalised as it is
+// alone, bit for bit; past that, LibTorch's.
+TEST_P(DecodeLayerNorm, EachRowIsTheSameWhateverTheRowsBesideIt) {
+  const at::Tensor w = randn({256}, 11), b = randn({256}, 12);
+  const at::Tensor x = randn({kMatvecBlockedMaxRows, 256}, 13) * 4 + 1;
+  const at::Tensor all = layer_norm(x, w, b, 1e-5, Kernels::Decode);
+  EXPECT_LT(max_diff(all, at::layer_norm(x, {256}, w, b, 1e-5)), 1e-5);
+  for (int64_t r = 0; r < kMatvecBlockedMaxRows; r += 9)
+    EXPECT_TRUE(layer_norm(x.narrow(0, r, 1), w, b, 1e-5, Kernels::Decode).equal(all.narrow(0, r, 1))) << "row " << r;
+  const at::Tensor more = randn({kMatvecBlockedMaxRows + 1, 256}, 14);
+  EXPECT_TRUE(layer_norm(more, w, b, 1e-5, Kernels::Decode).equal(at::layer_norm(more, {256}, w, b, 1e-5)));
+}
+
 // The attention of one query over cached keys, from strided views as a preallocated cache hands
 // them out (a slice of a longer buffer).
 TEST_P(DecodeAttention, EqualsMatmulSoftmaxOnBufferViews) {

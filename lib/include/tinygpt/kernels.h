@@ -59,7 +59,9 @@ void set_kernel_path(KernelPath p);
 at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Kernels k,
                    const at::Tensor& residual = {}, bool gelu = false);
 
-// LayerNorm over the last dim with weight and bias (d): Decode computes small row counts itself.
+// LayerNorm over the last dim with weight and bias (d): Decode computes up to kMatvecBlockedMaxRows
+// rows itself, each row the same whatever the rows beside it (a prefill of up to 64 rows is then
+// batch-invariant bit for bit, as the products are).
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, double eps, Kernels k);
 
 // softmax(q K^T / sqrt(hd) + mask) V for q (B, H, T, hd) and K, V (B, H, S, hd); mask (T, S) or
