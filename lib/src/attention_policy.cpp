@@ -19,8 +19,10 @@ void Rotary::rotate(at::Tensor& q, at::Tensor& k, int64_t start) const {
 }
 
 void Rotary::rotate_rows(at::Tensor& q, at::Tensor& k, const at::Tensor& positions) const {
-  q = rope_rows(q, positions);  // the table's rows, gathered once per tensor
-  k = rope_rows(k, positions);
+  // One gather of the table's rows serves q and k: the same positions.
+  auto [cos, sin] = rope_row_angles(positions, q.size(-1), q.device());  // (B * T, hd/2) each
+  q = rope_rotate(q, cos, sin);
+  k = rope_rotate(k, cos, sin);
 }
 
 at::Tensor Rotary::rotate_one(const at::Tensor& x, int64_t start) const { return rope(x, start); }

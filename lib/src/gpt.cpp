@@ -328,17 +328,23 @@ at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_
   return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
 }
 
-at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
+namespace {
+// A ragged step's positions: one per token, (B, T) like idx.
+void check_positions(const at::Tensor& idx, const at::Tensor& positions) {
   if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
     throw std::invalid_argument("step_at: positions must be (B, T) like idx");
+}
+}  // namespace
+
+at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
+  check_positions(idx, positions);
   at::Tensor x = embed(idx);                                          // (B, T, d)
   x = run_blocks(x, /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
   return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
 }
 
 at::Tensor GPTImpl::step_at_every(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
-  if (positions.dim() != 2 || !positions.sizes().equals(idx.sizes()))
-    throw std::invalid_argument("step_at: positions must be (B, T) like idx");
+  check_positions(idx, positions);
   const at::Tensor x = run_blocks(embed(idx), /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
   return head(x, policy);                                                                                 // (B, T, V)
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tinygpt {
 
@@ -21,10 +22,14 @@ void check_args(const at::Tensor& x, int64_t start) {
 }
 
 // SPEC 2's angles for positions start .. start+T-1: (T, hd/2) float32.
+// SPEC 2's frequencies 10000^(-2j/hd): (hd/2) float32.
+at::Tensor freqs_for(int64_t hd, const at::TensorOptions& f32) {
+  return at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd));
+}
+
 at::Tensor angles_for(int64_t start, int64_t T, int64_t hd, const at::TensorOptions& f32) {
-  at::Tensor freqs = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd));  // (hd/2)
-  at::Tensor pos = at::arange(start, start + T, f32).unsqueeze(1);                           // (T, 1)
-  return pos * freqs;                                                                        // (T, hd/2)
+  at::Tensor pos = at::arange(start, start + T, f32).unsqueeze(1);  // (T, 1)
+  return pos * freqs_for(hd, f32);                                  // (T, hd/2)
 }
 
 // The rotation with LibTorch ops, any device and layout.
@@ -91,9 +96,17 @@ struct Table {
 }  // namespace
 
 at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t T = x.size(-2);
+  if (cos.dim() != 2 || !cos.sizes().equals(sin.sizes()) || cos.size(1) * 2 != x.size(-1) ||
+      (cos.size(0) != T && (x.dim() != 4 || cos.size(0) != x.size(0) * T)))
+    throw std::invalid_argument("rope: cos and sin must be (T, hd/2), or (B * T, hd/2) for x (B, H, T, hd)");
   if (x.dim() == 4 && x.device().is_cpu() && x.scalar_type() == at::kFloat && x.stride(3) == 1 &&
       cos.scalar_type() == at::kFloat && sin.scalar_type() == at::kFloat)
     return rotate_fused(x, cos, sin);
+  if (x.dim() == 4 && cos.size(0) != x.size(2)) {  // a row's own angles: (B * T, hd/2) -> (B, 1, T, hd/2)
+    const std::vector<int64_t> rows = {x.size(0), 1, x.size(2), cos.size(1)};
+    return rotate_ops(x, cos.view(rows), sin.view(rows));
+  }
   return rotate_ops(x, cos, sin);
 }
 
@@ -134,9 +147,7 @@ at::Tensor rope_rows(const at::Tensor& x, const at::Tensor& positions) {
     throw std::invalid_argument("rope_rows: x must be (B, H, T, hd) and positions (B, T)");
   check_args(x, 0);
   const auto [cos, sin] = rope_row_angles(positions, x.size(-1), x.device());  // (B * T, hd/2)
-  if (x.device().is_cpu() && x.scalar_type() == at::kFloat && x.stride(3) == 1) return rotate_fused(x, cos, sin);
-  const int64_t B = x.size(0), T = x.size(2), half = x.size(-1) / 2;
-  return rotate_ops(x, cos.view({B, 1, T, half}), sin.view({B, 1, T, half}));
+  return rope_rotate(x, cos, sin);
 }
 
 std::pair<at::Tensor, at::Tensor> rope_row_angles(const at::Tensor& positions, int64_t hd, c10::Device device) {
@@ -153,8 +164,7 @@ std::pair<at::Tensor, at::Tensor> rope_row_angles(const at::Tensor& positions, i
     return {cos.index_select(0, at_rows), sin.index_select(0, at_rows)};
   }
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  const at::Tensor freqs = at::pow(10000.0, -at::arange(0, hd, 2, f32) / static_cast<double>(hd));  // (hd/2)
-  const at::Tensor ang = flat.to(f32).unsqueeze(-1) * freqs;                                        // (B * T, hd/2)
+  const at::Tensor ang = flat.to(f32).unsqueeze(-1) * freqs_for(hd, f32);  // (B * T, hd/2)
   return {ang.cos(), ang.sin()};
 }
 

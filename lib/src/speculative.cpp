@@ -316,40 +316,33 @@ int64_t decide(Sequence& q, const Proposal& prop, const at::Tensor& L, int64_t n
   const int64_t kk = static_cast<int64_t>(prop.ids.size());
   // The history each position's pipeline sees (only a penalty reads it).
   auto hist = [&](int64_t i) { return s.sampling.penalty != 1.0 ? history_of(rules.history(q.seq, prop.ids, i), dev) : at::Tensor(); };
+  const bool exact = s.rule == AcceptRule::Exact;
+  auto p_at = [&](int64_t row) { return rules.target_probs(L.select(0, row), hist(row), s.sampling); };  // (V)
+  // The target's own id at a row: drawn from p (exact) or by its sampler (sample-and-match).
+  auto target_id = [&](int64_t row) {
+    return exact ? rules.draw_from(p_at(row), uniform(q.target_gen))
+                 : pick(L.select(0, row).unsqueeze(0), s.sampling, hist(row), q.target_gen).item<int64_t>();
+  };
   int64_t accepted = 0, next = -1, next_row = -1;
   for (; accepted < kk; ++accepted) {
     const int64_t x = prop.ids[static_cast<size_t>(accepted)];
-    if (s.rule == AcceptRule::Exact) {
-      const at::Tensor p = rules.target_probs(L.select(0, accepted), hist(accepted), s.sampling);  // (V)
-      const at::Tensor qx = rules.ratio_q(prop, accepted, s.sampling);                              // (V)
+    if (exact) {
+      const at::Tensor p = p_at(accepted);
+      const at::Tensor qx = rules.ratio_q(prop, accepted, s.sampling);  // (V)
       const double u = rules.acceptance_uniform(prop, accepted, q.target_gen);
       if (!rules.accept(at_index(p, x), at_index(qx, x), u)) break;
-    } else {
-      const int64_t t = pick(L.select(0, accepted).unsqueeze(0), s.sampling, hist(accepted), q.target_gen).item<int64_t>();
-      if (t != x) {
-        next = t, next_row = accepted;
-        break;
-      }
+    } else if (const int64_t t = target_id(accepted); t != x) {
+      next = t, next_row = accepted;
+      break;
     }
   }
   const int64_t j = std::clamp<int64_t>(rules.kept(accepted, kk), 0, kk);
   if (j != accepted) next = -1;  // the drawn token (sample-and-match) belonged to another position
   if (next < 0) {
-    if (j < kk) {  // after a rejection: the residual (exact), or the target's own draw (sample-and-match)
-      next_row = j;
-      if (s.rule == AcceptRule::Exact) {
-        const at::Tensor p = rules.target_probs(L.select(0, j), hist(j), s.sampling);
-        next = rules.draw_from(rules.residual(p, rules.ratio_q(prop, j, s.sampling)), uniform(q.target_gen));
-      } else {
-        next = pick(L.select(0, j).unsqueeze(0), s.sampling, hist(j), q.target_gen).item<int64_t>();
-      }
-    } else {  // every draft stands: the bonus id from the target's next distribution
-      next_row = std::clamp<int64_t>(rules.bonus_row(kk), 0, kk);
-      if (s.rule == AcceptRule::Exact)
-        next = rules.draw_from(rules.target_probs(L.select(0, next_row), hist(next_row), s.sampling), uniform(q.target_gen));
-      else
-        next = pick(L.select(0, next_row).unsqueeze(0), s.sampling, hist(next_row), q.target_gen).item<int64_t>();
-    }
+    // After a rejection: the residual (exact) or the target's own draw; every draft standing: the bonus id.
+    next_row = j < kk ? j : std::clamp<int64_t>(rules.bonus_row(kk), 0, kk);
+    next = j < kk && exact ? rules.draw_from(rules.residual(p_at(j), rules.ratio_q(prop, j, s.sampling)), uniform(q.target_gen))
+                           : target_id(next_row);
   }
   std::vector<int64_t> emitted(prop.ids.begin(), prop.ids.begin() + j);
   emitted.push_back(next);

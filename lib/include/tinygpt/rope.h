@@ -29,8 +29,9 @@ at::Tensor rope_rows(const at::Tensor& x, const at::Tensor& positions);
 // positions[b][t] (positions (B, T) int64 >= 0: std::invalid_argument otherwise).
 std::pair<at::Tensor, at::Tensor> rope_row_angles(const at::Tensor& positions, int64_t hd, c10::Device device);
 
-// Rotates x (..., T, hd) by cos, sin (T, hd/2): (a, b) -> (a cos - b sin, a sin + b cos), in
-// float32, then back to x's dtype. CPU float32 runs one fused loop; elsewhere LibTorch ops.
+// Rotates x (..., T, hd) by cos, sin (T, hd/2), or x (B, H, T, hd) by each row's own (B * T, hd/2)
+// (rope_row_angles): (a, b) -> (a cos - b sin, a sin + b cos), in float32, then back to x's dtype.
+// CPU float32 runs one fused loop; elsewhere LibTorch ops.
 at::Tensor rope_rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace tinygpt
