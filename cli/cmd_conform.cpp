@@ -96,6 +96,13 @@ Command add_conform(CLI::App& app) {
                   "run only these: model check names (" + checks::model_check_list() + ")\n"
                   "and/or sampler (every sampler row an engine's draws can show); default all. `tinygpt checks` lists them")
       ->delimiter(',');
+  cmd->add_flag("--deep", c.deep,
+                "also run the rows of statistical power: spec-distribution, thousands of speculative runs through the engine's\n"
+                "exact rule judged by chi-square (minutes; they also run when named in --checks)");
+  cmd->add_option("--spec-draws", c.spec_draws,
+                  "spec-distribution's draws (0: as many as its stated power needs; fewer lower the power it reports)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");
   o->report.add(cmd, /*bench=*/false);
@@ -104,7 +111,7 @@ Command add_conform(CLI::App& app) {
             apply_run_options(o->run);
             auto& c = o->conform;
             if (!zoo->empty()) c.checkpoint = zoo_member_dir(*zoo) + "/model.safetensors";
-            checks::conform_selection(c.groups);  // an unknown group is bad input, before the engine starts
+            checks::conform_selection(c.groups, c.deep);  // an unknown group is bad input, before the engine starts
             c.progress = [](const std::string& s) { std::cerr << ("conform: " + s + "\n"); };
             checks::ConformReport rep;
             try {

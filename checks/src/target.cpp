@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tinygpt/device.h"
+#include "tinygpt/results/result.h"
 
 namespace tinygpt::checks {
 
@@ -43,17 +44,33 @@ RowServing& DecodeTarget::serving() {
 int DecodeTarget::set_threads(int) { throw std::logic_error(unsupported(Op::Threads)); }
 std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(unsupported(Op::Generate)); }
 SpeculativeRun DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(unsupported(Op::Speculate)); }
+std::string DecodeTarget::speculate_unsupported(const std::string&, AcceptRule) const { return unsupported(Op::Speculate); }
+Generation DecodeTarget::seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) {
+  return generate(prompt, n, tinygpt::sampler(s, make_generator(prompt.device(), seed)));
+}
 
 const std::vector<std::string>& draft_kinds() {
-  static const std::vector<std::string> kinds = {"self", "contrary", "ngram", "model", "replay"};
+  static const std::vector<std::string> kinds = {"none", "self", "contrary", "ngram", "model", "replay"};
   return kinds;
 }
+
+namespace {
+// The draft "none": no drafts, so every round is one plain step and one draw of the target's stream.
+class NoDrafter final : public Drafter {
+ public:
+  std::string name() const override { return "none"; }
+  void reset() override {}
+  Proposal propose(const std::vector<int64_t>&, int64_t, const SamplingSettings&, at::Generator&, const SpeculativeRules&) override {
+    return {};
+  }
+};
+}  // namespace
 
 SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
   // One decoder and one drafter per kind, kept between requests: many draws from one prompt start from a
   // copy of its entries (SpeculativeDecoder and ModelDrafter keep the last prompt's).
   if (std::find(draft_kinds().begin(), draft_kinds().end(), r.draft) == draft_kinds().end())
-    throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (self, contrary, ngram, model, replay)");
+    throw std::invalid_argument("speculate: unknown draft '" + r.draft + "' (" + results::join(draft_kinds()) + ")");
   const bool is_model = r.draft == "model";
   if (is_model) {
     if (!r.draft_model) throw std::invalid_argument("speculate: the draft 'model' needs a draft model");
@@ -74,7 +91,8 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
   if (!drafter) {
     // Drafts from a model compute as the variant's own steps do (its kernels): the target's own weights
     // then draft exactly what its plain steps choose.
-    if (r.draft == "self") drafter = std::make_unique<ModelDrafter>(model_, false, variant_->kernels);
+    if (r.draft == "none") drafter = std::make_unique<NoDrafter>();
+    else if (r.draft == "self") drafter = std::make_unique<ModelDrafter>(model_, false, variant_->kernels);
     else if (r.draft == "contrary") drafter = std::make_unique<ModelDrafter>(model_, /*contrary=*/true, variant_->kernels);
     else if (r.draft == "ngram") drafter = std::make_unique<NgramDrafter>();
     else drafter = std::make_unique<ModelDrafter>(r.draft_model, false, variant_->kernels);

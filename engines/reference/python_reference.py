@@ -44,6 +44,8 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
     top-k-exact        top-k keeps exactly k tokens, ties broken by torch.topk (llama.cpp's policy)
     gelu-tanh          GELU by the tanh approximation (llama.cpp's ggml_gelu)
 TINYGPT_ENGINE_DECLARE=a,b adds `deviations` to the hello answer (e.g. gelu-tanh, top-k-exact).
+Speculative decoding (op `speculate`, protocol 3) is speculative.py's, with its own planted faults
+(spec-*: listed there); TINYGPT_ENGINE_SPEC_DRAFTS=a,b limits the draft kinds hello offers.
 
 Protocol 2 (rows by id: ragged prefills, rows joining and leaving, fork, truncate): each row keeps
 its own cache, every entry it ever stored, and attends to its window (the newest `context` plus the
@@ -70,6 +72,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import series_reference as ref  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # engines/: serve.py
 from serve import serve  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import speculative  # noqa: E402
 
 VARIANTS = set(v for v in os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",") if v)
 KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-divides-negatives", "temperature-multiplies",
@@ -78,15 +82,18 @@ KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-d
          "shared-generator", "seeds-need-every-row", "joined-at-batch-position", "live-row-reused", "shifted-entries-reused",
          "reused-past-the-window", "state-saved-without-history", "fork-shares-storage", "released-slot-not-reset",
          "shift-off-by-one", "rollback-keeps-one",
-         "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities", "never-trims"}
+         "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities", "never-trims"} | speculative.FAULTS
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
+# The draft kinds hello offers (all by default); TINYGPT_ENGINE_SPEC_DRAFTS=ngram,none makes an engine that
+# drafts as llama-server's n-gram types do, with no way to be handed drafts.
+SPEC_DRAFTS = [d for d in os.environ.get("TINYGPT_ENGINE_SPEC_DRAFTS", ",".join(speculative.DRAFTS)).split(",") if d]
 
 
 # The planted model faults live in the batched protocol 1 path; with one of them the engine stays there.
 PROTOCOL = 1 if VARIANTS & {"rope-offset", "topleft-mask", "no-reset", "f16-cache"} else int(os.environ.get("TINYGPT_ENGINE_PROTOCOL", "3"))
 OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads", "row-sampling"],
               3: ["ragged", "join", "fork", "truncate", "bench", "threads", "row-sampling", "extend", "save", "shift", "generate",
-                  "generate-shift"]}
+                  "generate-shift", "speculate"]}
 
 
 def has(name):
@@ -94,9 +101,10 @@ def has(name):
 
 
 @torch.no_grad()
-def row_forward(model, ids, row, start):
+def row_forward(model, ids, row, start, every=False):
     """One row's tokens ids (1, T) at positions start.. through the row's own cache (a list of per-layer
-    [K, V] holding every entry the row stored); attends to the window plus the new ones. (V) logits."""
+    [K, V] holding every entry the row stored); each new token attends to itself and the `context` keys
+    before it (the window), in causal order. (V) logits of the last, or with `every` (T, V) of each."""
     ctx = model.c["context"]
     x = model.emb(ids)
     B, T, C = x.shape
@@ -114,12 +122,17 @@ def row_forward(model, ids, row, start):
         att = q @ Ka.transpose(-2, -1) / math.sqrt(q.shape[-1])
         if T > 1:
             S = Ka.shape[2]
-            mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+            key = torch.arange(S) - seen  # each key's position relative to the first new token
+            query = torch.arange(T).unsqueeze(1)
+            mask = key <= query
+            if not has("never-trims"):
+                mask = mask & (key >= query - ctx)
             att = att.masked_fill(~mask, float("-inf"))
         y = (att.softmax(-1) @ Va).transpose(1, 2).reshape(B, T, C)
         x = x + a.out(y)
         x = x + b.mlp(b.norm2(x))
-    return model.head(model.norm(x))[0, -1]
+    out = model.head(model.norm(x))[0]  # (T, V)
+    return out if every else out[-1]
 
 
 def f16_forward(self, x, cache=None, start=0):
@@ -163,7 +176,35 @@ def topleft_forward(self, x, cache=None, start=0):
 class Engine:
     def __init__(self):
         self.model = None
+        self.speculative = speculative.Speculative(self, has)
         self.reset()
+
+    # What the speculative module reads: the row forward pass, the sampler's distribution, dropping entries.
+    forward = staticmethod(row_forward)
+
+    def probs(self, logits, history, settings):
+        """SPEC 6's distribution after the pipeline over `history`: (V) float64; temperature 0 one-hot at the
+        argmax of the penalised scores."""
+        x = logits.detach().float().clone().unsqueeze(0)
+        y = scores(x, [history], *settings)
+        if y is None:
+            out = torch.zeros(x.shape[1], dtype=torch.float64)
+            out[int(x[0].argmax())] = 1
+            return out
+        return y[0].double().softmax(-1)
+
+    def drop_entries(self, row, n):
+        if n > 0:
+            row["kv"] = [[K[:, :, :K.shape[2] - n], V[:, :, :V.shape[2] - n]] for K, V in row["kv"]]
+            row["pos"] -= n
+
+    def load_draft(self, path):
+        ck = read_pt(path)
+        model = ref.GPT(ck["config"]).eval()
+        model.load_state_dict(ck["model"])
+        if model.c["vocab_size"] != self.model.c["vocab_size"]:
+            raise ValueError("the draft's vocabulary (%d) is not the target's (%d)" % (model.c["vocab_size"], self.model.c["vocab_size"]))
+        return model
 
     def reset(self):
         self.caches, self.pos = None, 0
@@ -409,12 +450,8 @@ class Engine:
     def load(self, req):
         if req.get("format") != "pt":
             raise ValueError("this engine loads format pt only")
-        try:
-            ck = torch.load(req["checkpoint"], map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            # torch 1.13's weights-only unpickler lacks BINFLOAT (the config's dropout); the file
-            # is the one the suite just wrote, so the full unpickler is safe here.
-            ck = torch.load(req["checkpoint"], map_location="cpu")
+        ck = read_pt(req["checkpoint"])
+        self.speculative.forget()
         model = ref.GPT(ck["config"]).eval()
         model.load_state_dict(ck["model"])
         for b in model.blocks:
@@ -463,6 +500,15 @@ class Engine:
         t2 = time.perf_counter()
         out.append(logits.argmax(-1, keepdim=True))
         return {"ok": True, "prefill_s": t1 - t0, "decode_s": t2 - t1, "ids": torch.cat(out, 1).tolist()}
+
+
+def read_pt(path):
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # torch 1.13's weights-only unpickler lacks BINFLOAT (the config's dropout); the file
+        # is the one the suite just wrote, so the full unpickler is safe here.
+        return torch.load(path, map_location="cpu")
 
 
 def scores(x, hist, t, k, p, r):
@@ -557,6 +603,8 @@ def main():
                 out["deviations"] = DECLARE
             if has("one-sequence"):
                 out["max_rows"] = 1
+            if spoken >= 3:
+                out["speculate"] = {"drafts": SPEC_DRAFTS, "rules": speculative.RULES}
         elif op == "load":
             engine.load(req)
             out = {"ok": True}
@@ -584,6 +632,10 @@ def main():
         elif op == "shift" and PROTOCOL >= 3:
             engine.shift(req["row"], req["keep"], req["discard"])
             out = {"ok": True}
+        elif op == "speculate" and PROTOCOL >= 3:
+            if req.get("draft") not in SPEC_DRAFTS:
+                raise ValueError("this engine drafts with %s only" % SPEC_DRAFTS)
+            out = dict(ok=True, **engine.speculative.run(req))
         elif op == "generate" and PROTOCOL >= 3:
             out = {"ok": True, "results": engine.generate(req["requests"])}
         elif op == "truncate":

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@
 #include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/target.h"
+
+#include <nlohmann/json.hpp>
+
+#include "remote_target.h"
 
 namespace tinygpt::checks {
 namespace {
@@ -82,6 +87,32 @@ TEST_F(SpeculativeRows, ProductionCachesPassEveryRow) {
     EXPECT_EQ(dist.stats.at("draws"), 4000.0);
     EXPECT_NE(dist.detail.find("after a rejected first draft"), std::string::npos) << dist.detail;
   }
+}
+
+// The draft "none" is plain decoding through the speculative loop: greedy, the main run's ids; seeded
+// sample-and-match, the production loop's seeded draws id for id (what an engine's "none" answers for it).
+TEST_F(SpeculativeRows, NoDraftsArePlainDecoding) {
+  ModelTarget target(model, cache_registry().get("rolling"));
+  SpeculativeRequest q;
+  q.prompt = {1, 2, 3};
+  q.n = 40;
+  q.draft = "none";
+  q.settings.k = 4;
+  q.settings.sampling.temperature = 0;
+  auto new_ids = [](const Generation& g) {  // seq (1, 3 + n) -> its n new ids
+    const at::Tensor t = g.seq[0].slice(0, 3).contiguous();
+    return std::vector<int64_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
+  };
+  const Generation greedy = target.generate(opts.prompt, q.n, sampler(q.settings.sampling));
+  const SpeculativeRun g = target.speculate(q);
+  EXPECT_EQ(g.ids, new_ids(greedy));
+  EXPECT_EQ(g.drafted, 0);
+  EXPECT_EQ(g.rounds, q.n);
+  q.settings.rule = AcceptRule::SampleAndMatch;
+  q.settings.sampling = SamplingSettings{0.9, 20, 0.9, 1.2};
+  q.settings.seed = 7;
+  const Generation plain = target.seeded(opts.prompt, q.n, q.settings.sampling, q.settings.seed);
+  EXPECT_EQ(target.speculate(q).ids, new_ids(plain));
 }
 
 // Every planted fault of a speculative round fails every row it names (the distribution's at fewer
@@ -196,6 +227,86 @@ TEST(SpeculativeFixture, DistributionRowRunsAtItsStatedPower) {
   EXPECT_EQ(tests, 3) << c.detail;
   EXPECT_GT(c.stats.at("acceptance"), 0.1);
   EXPECT_LT(c.stats.at("acceptance"), 0.9);
+}
+
+// --- The protocol's 'speculate' (docs/protocol.md): an engine's answer read field by field ---
+
+using nlohmann::json;
+
+constexpr int64_t kV = 8;
+
+json logits_rows(size_t n) { return json(std::vector<std::vector<double>>(n, std::vector<double>(kV, 0.5))); }
+
+SpeculativeRequest asked(int64_t n, std::vector<int64_t> stop = {}, int64_t then = 0) {
+  SpeculativeRequest q;
+  q.prompt = {1, 2};
+  q.n = n;
+  q.settings.stop = std::move(stop);
+  q.then_plain = then;
+  return q;
+}
+
+json good_answer() {
+  return {{"ok", true},   {"ids", {3, 4, 5}}, {"logits", logits_rows(3)}, {"rounds", 2},
+          {"drafted", 4}, {"accepted", 1},    {"accepted_per_round", {1, 0}}};
+}
+
+TEST(SpeculateAnswer, AWellFormedAnswerIsReadWithItsCounts) {
+  const SpeculativeRun run = answer_speculated(good_answer(), asked(3), kV);
+  EXPECT_EQ(run.ids, (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(run.logits.sizes(), (at::IntArrayRef{3, kV}));
+  EXPECT_EQ(run.rounds, 2);
+  EXPECT_EQ(run.drafted, 4);
+  EXPECT_EQ(run.accepted, 1);
+  EXPECT_EQ(run.accepted_per_round, (std::vector<int64_t>{1, 0}));
+  EXPECT_FALSE(run.stopped);
+  // A stop id may end the ids early (that id included), and the plain steps after come back too.
+  json a = good_answer();
+  a["ids"] = {3, 6};
+  a["logits"] = logits_rows(2);
+  a["then_ids"] = {7};
+  a["then_logits"] = logits_rows(1);
+  const SpeculativeRun stopped = answer_speculated(a, asked(3, {6}, 1), kV);
+  EXPECT_TRUE(stopped.stopped);
+  EXPECT_EQ(stopped.then_ids, (std::vector<int64_t>{7}));
+  EXPECT_EQ(stopped.then_logits.size(0), 1);
+}
+
+TEST(SpeculateAnswer, EveryMalformedFieldIsTheEngineBeingWrong) {
+  struct Case {
+    const char* what;
+    std::function<void(json&)> spoil;
+    SpeculativeRequest q;
+  };
+  const std::vector<Case> cases = {
+      {"two ids for n = 3 and no stop", [](json& a) { a["ids"] = {3, 4}; a["logits"] = logits_rows(2); }, asked(3)},
+      {"an id outside the vocabulary", [](json& a) { a["ids"][1] = kV; }, asked(3)},
+      {"logits for fewer ids", [](json& a) { a["logits"] = logits_rows(2); }, asked(3)},
+      {"a logit that is not a number", [](json& a) { a["logits"][0][0] = "x"; }, asked(3)},
+      {"more accepted than drafted", [](json& a) { a["accepted"] = 5; }, asked(3)},
+      {"rounds whose counts do not sum to accepted", [](json& a) { a["accepted_per_round"] = {0, 0}; }, asked(3)},
+      {"a count per round for another number of rounds", [](json& a) { a["accepted_per_round"] = {1}; }, asked(3)},
+      {"no counts", [](json& a) { a.erase("drafted"); }, asked(3)},
+      {"plain steps asked for and not answered", [](json&) {}, asked(3, {}, 2)},
+      {"more ids than n", [](json& a) { a["ids"] = {3, 4, 5, 6}; a["logits"] = logits_rows(4); }, asked(3, {9})},
+  };
+  for (const Case& c : cases) {
+    json a = good_answer();
+    c.spoil(a);
+    EXPECT_THROW(answer_speculated(a, c.q, kV), WrongAnswer) << c.what;
+  }
+}
+
+TEST(SpeculateHello, ASpeculateCapabilityItCannotReadRefusesTheEngine) {
+  const json fine = {{"ok", true}, {"name", "e"}, {"protocol", 3}, {"speculate", {{"drafts", {"ngram", "none"}}, {"rules", {"exact"}}}}};
+  EXPECT_NO_THROW(check_hello(fine));
+  for (const json& bad : {json{{"speculate", {"ngram"}}}, json{{"speculate", {{"drafts", {"ngram"}}}}},
+                          json{{"speculate", {{"drafts", {"eagle"}}, {"rules", {"exact"}}}}},
+                          json{{"speculate", {{"drafts", {"ngram"}}, {"rules", {"typical"}}}}}}) {
+    json h = fine;
+    h["speculate"] = bad["speculate"];
+    EXPECT_THROW(check_hello(h), EngineUnusable) << bad.dump();
+  }
 }
 
 }  // namespace

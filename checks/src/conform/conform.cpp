@@ -71,7 +71,7 @@ struct TempDir {
 
 }  // namespace
 
-std::vector<std::string> conform_selection(const std::vector<std::string>& groups) {
+std::vector<std::string> conform_selection(const std::vector<std::string>& groups, bool deep) {
   for (const auto& g : groups) {
     if (g == "all" || g == "sampler") continue;
     bool known = false;
@@ -79,8 +79,9 @@ std::vector<std::string> conform_selection(const std::vector<std::string>& group
     if (!known) throw std::invalid_argument("--checks: unknown group '" + g + "' (known: all, sampler, " + model_check_list() + ")");
   }
   std::vector<std::string> out;
-  for (const auto& c : model_checks())
-    if (selected(groups, c.name)) out.push_back(c.name);
+  for (const auto& c : model_checks())  // a row of statistical power only with --deep or by name
+    if (selected(groups, c.name) && (deep || !c.is(Tag::Deep) || std::count(groups.begin(), groups.end(), c.name)))
+      out.push_back(c.name);
   if (selected(groups, "sampler"))  // an engine shows its sampler through draws only
     for (const auto& c : sampler_checks())
       if (!c.is(Tag::NeedsScores)) out.push_back(c.name);
@@ -187,6 +188,11 @@ bool LoadedEngine::supports(const std::string& op) const {
   return std::find(impl_->operations.begin(), impl_->operations.end(), op) != impl_->operations.end();
 }
 GPT& LoadedEngine::model() { return impl_->model; }
+std::string LoadedEngine::write_model(const Checkpoint& ck, GPT& model, const std::string& stem) {
+  const std::string file = impl_->tmp.path + "/" + stem + "." + impl_->format;
+  export_model(ck, model, impl_->format, file);
+  return file;
+}
 EngineProcess& LoadedEngine::process() { return *impl_->proc; }
 nlohmann::json LoadedEngine::call(const nlohmann::json& request) { return impl_->proc->call(request); }
 
@@ -315,7 +321,7 @@ ConformReport run_conform(const ConformOptions& o) {
   };
   ConformReport rep;
   rep.command = o.engine;
-  const std::vector<std::string> names = conform_selection(o.groups);
+  const std::vector<std::string> names = conform_selection(o.groups, o.deep);
   at::NoGradGuard no_grad;
   LoadedEngine engine(o.engine, o.checkpoint, o.timeout_s, o.progress, o.kv_type);
   rep.kv_type = o.kv_type;
@@ -336,7 +342,23 @@ ConformReport run_conform(const ConformOptions& o) {
       inside_by = d;
       break;
     }
-  const EquivalenceOptions eo = conform_run_options(o, cfg, inside_by);
+  EquivalenceOptions eo = conform_run_options(o, cfg, inside_by);
+  // The speculative rows' trained draft (the fixture's golden/draft.safetensors: it shares the
+  // vocabulary of every model here), sent in the engine's format on first use.
+  Checkpoint draft_ck;
+  if (target.unsupported(Op::Speculate).empty() && target.speculate_unsupported("model", AcceptRule::Exact).empty()) {
+    const std::string path = data_dir() + "/draft.safetensors";
+    if (std::filesystem::exists(path)) {
+      draft_ck = read_any_checkpoint(path);
+      GPT d = model_from_checkpoint(draft_ck, c10::Device(c10::kCPU), path);
+      if (d->config().vocab_size == cfg.vocab_size) eo.draft = d;
+    }
+    target.set_draft_writer([&engine, &draft_ck, &say](GPT& d) {
+      say("writing the speculative draft as " + engine.format());
+      return engine.write_model(draft_ck, d, "draft");
+    });
+  }
+  eo.spec_draws = o.spec_draws;
   rep.past_window = eo.past_window;
   // A low-precision KV type: the same engine with an f32 cache is sent every request too, and each
   // row says what the type costs against it (MirrorTarget), and is judged by the budget.

@@ -51,6 +51,14 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;
   // Both targets' second instances, mirrored the same way (their comparisons count in this tally).
   std::unique_ptr<DecodeTarget> second_instance() const override;
+  // Speculative runs go to the judged engine alone: its own loop, not requests the baseline can mirror.
+  SpeculativeRun speculate(const SpeculativeRequest& r) override { return main_->speculate(r); }
+  std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override {
+    return main_->speculate_unsupported(draft, rule);
+  }
+  Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) override {
+    return main_->seeded(prompt, n, s, seed);
+  }
 
  private:
   struct Shared {

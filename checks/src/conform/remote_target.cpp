@@ -32,6 +32,11 @@ RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, i
   if (hello.contains("deviations") && hello["deviations"].is_array())
     for (const auto& d : hello["deviations"])
       if (d.is_string()) deviations_.push_back(d.get<std::string>());
+  if (hello.contains("speculate") && hello["speculate"].is_object()) {
+    for (const auto& [field, out] : {std::pair<const char*, std::vector<std::string>*>{"drafts", &drafts_}, {"rules", &rules_}})
+      if (hello["speculate"].contains(field))
+        for (const auto& d : hello["speculate"][field]) out->push_back(d.get<std::string>());
+  }
   sampler_ = {name_, "the engine's sampler through 'sample'", nullptr,
               [this](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, h, s); }, nullptr};
   if (unsupported(Op::RowSampling).empty())
@@ -102,6 +107,19 @@ void check_hello(const json& h) {
     if (!h[list].is_array()) bad(std::string("a \"") + list + "\" that is not a list");
     for (const auto& e : h[list])
       if (!e.is_string()) bad(std::string("a \"") + list + "\" entry that is not a string");
+  }
+  if (h.contains("speculate")) {  // {"drafts": [kinds], "rules": [rules]}, each named as docs/protocol.md names them
+    const json& sp = h["speculate"];
+    if (!sp.is_object()) bad("a \"speculate\" that is not an object of \"drafts\" and \"rules\"");
+    for (const char* list : {"drafts", "rules"}) {
+      if (!sp.contains(list) || !sp[list].is_array()) bad(std::string("a \"speculate\" without a \"") + list + "\" list");
+      for (const auto& e : sp[list]) {
+        const bool known = e.is_string() && (std::string(list) == "drafts"
+                                                 ? std::count(draft_kinds().begin(), draft_kinds().end(), e.get<std::string>()) > 0
+                                                 : e == "exact" || e == "sample-and-match");
+        if (!known) bad(std::string("a \"speculate\" ") + list + " entry it does not know");
+      }
+    }
   }
   if (h.contains("sampler") && !h["sampler"].is_boolean()) bad("a \"sampler\" that is not true or false");
   if (h.contains("rows") && !h["rows"].is_boolean()) bad("a \"rows\" that is not true or false");
@@ -204,6 +222,105 @@ std::vector<ServedResult> RemoteTarget::serve(const std::vector<ServedRequest>& 
     rs.push_back(std::move(r));
   }
   return answer_served(ok({{"op", "generate"}, {"requests", rs}}), requests, vocab_);
+}
+
+std::string RemoteTarget::speculate_unsupported(const std::string& draft, AcceptRule rule) const {
+  const std::string why = unsupported(Op::Speculate);
+  if (!why.empty()) return why;
+  auto listed = [](const std::vector<std::string>& l, const std::string& x) { return std::find(l.begin(), l.end(), x) != l.end(); };
+  if (!listed(drafts_, draft))
+    return "the engine does not draft with '" + draft + "' (its hello's speculate drafts: " + engine_json(json(drafts_)) + ")";
+  if (!listed(rules_, accept_rule_name(rule)))
+    return std::string("the engine does not accept by the ") + accept_rule_name(rule) + " rule (its hello's speculate rules: " +
+           engine_json(json(rules_)) + ")";
+  return "";
+}
+
+SpeculativeRun RemoteTarget::speculate(const SpeculativeRequest& q) {
+  const std::string why = speculate_unsupported(q.draft, q.settings.rule);
+  if (!why.empty()) throw std::logic_error(why);
+  const SpeculativeSettings& s = q.settings;
+  json r = {{"op", "speculate"}, {"ids", q.prompt},       {"n", q.n},
+            {"draft", q.draft},  {"k", s.k},              {"rule", accept_rule_name(s.rule)},
+            {"temperature", s.sampling.temperature},      {"top_k", s.sampling.top_k},
+            {"top_p", s.sampling.top_p},                  {"penalty", s.sampling.penalty},
+            {"seed", s.seed},    {"stop", s.stop},        {"then", q.then_plain}};
+  if (q.draft == "replay") r["replay"] = q.replay, r["replay_shift"] = q.replay_shift, r["replay_period"] = q.replay_period;
+  if (q.draft == "model") {
+    if (!q.draft_model || !draft_writer_) throw std::logic_error("speculate: the draft 'model' needs a draft model and a way to send it");
+    auto [it, fresh] = draft_files_.try_emplace(q.draft_model.get());
+    if (fresh) it->second = draft_writer_(const_cast<GPT&>(q.draft_model));
+    r["draft_model"] = it->second;
+  }
+  return answer_speculated(ok(r), q, vocab_);
+}
+
+Generation RemoteTarget::seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) {
+  SpeculativeRequest q;
+  const at::Tensor p = prompt.to(at::kCPU).to(at::kLong).contiguous();  // (1, T0)
+  q.prompt.assign(p.data_ptr<int64_t>(), p.data_ptr<int64_t>() + p.numel());
+  q.n = n;
+  q.draft = "none";
+  q.settings.k = 1;
+  q.settings.rule = AcceptRule::SampleAndMatch;
+  q.settings.sampling = s;
+  q.settings.seed = seed;
+  const SpeculativeRun run = speculate(q);
+  if (static_cast<int64_t>(run.ids.size()) != n)
+    throw WrongAnswer("'speculate' with no drafts answered " + std::to_string(run.ids.size()) + " ids for " + std::to_string(n));
+  Generation g;
+  g.seq = at::cat({p, at::tensor(run.ids, at::kLong).unsqueeze(0)}, 1).to(prompt.device());  // (1, T0 + n)
+  g.logits = run.logits.unsqueeze(0);                                                          // (1, n, V)
+  return g;
+}
+
+SpeculativeRun answer_speculated(const json& a, const SpeculativeRequest& q, int64_t V) {
+  auto ids_of = [&](const char* field, size_t most, bool exact) {
+    const json& l = a.contains(field) ? a[field] : json();
+    if (!l.is_array() || l.size() > most || (exact && l.size() != most))
+      throw WrongAnswer(std::string("'speculate' answered without \"") + field + "\": " + (exact ? "exactly " : "at most ") +
+                        std::to_string(most) + " ids");
+    std::vector<int64_t> out;
+    for (const json& id : l) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= V)
+        throw WrongAnswer(std::string("'speculate' answered ") + field + " id " + engine_json(id) + ", outside [0, " + std::to_string(V) + ")");
+      out.push_back(id.get<int64_t>());
+    }
+    return out;
+  };
+  auto count = [&](const char* field) {
+    if (!a.contains(field) || !a[field].is_number_integer() || a[field].get<int64_t>() < 0)
+      throw WrongAnswer(std::string("'speculate' answered without \"") + field + "\", a count >= 0");
+    return a[field].get<int64_t>();
+  };
+  SpeculativeRun run;
+  run.ids = ids_of("ids", static_cast<size_t>(q.n), q.settings.stop.empty());
+  if (run.ids.empty()) throw WrongAnswer("'speculate' answered no ids");
+  run.logits = answer_logits(a, static_cast<int64_t>(run.ids.size()), V, "speculate");  // (m, V)
+  run.rounds = count("rounds"), run.drafted = count("drafted"), run.accepted = count("accepted");
+  if (run.accepted > run.drafted)
+    throw WrongAnswer("'speculate' answered " + std::to_string(run.accepted) + " drafts accepted of " + std::to_string(run.drafted));
+  if (a.contains("accepted_per_round")) {
+    const json& per = a["accepted_per_round"];
+    int64_t sum = 0;
+    if (!per.is_array() || static_cast<int64_t>(per.size()) != run.rounds)
+      throw WrongAnswer("'speculate' answered \"accepted_per_round\" that is not one count per round (" + std::to_string(run.rounds) + ")");
+    for (const json& c : per) {
+      if (!c.is_number_integer() || c.get<int64_t>() < 0) throw WrongAnswer("'speculate' answered a round's count that is not >= 0");
+      run.accepted_per_round.push_back(c.get<int64_t>());
+      sum += c.get<int64_t>();
+    }
+    if (sum != run.accepted)
+      throw WrongAnswer("'speculate' answered rounds that accepted " + std::to_string(sum) + " drafts in all, and \"accepted\" " +
+                        std::to_string(run.accepted));
+  }
+  run.stopped = !q.settings.stop.empty() && std::count(q.settings.stop.begin(), q.settings.stop.end(), run.ids.back()) > 0;
+  if (q.then_plain > 0) {
+    json then = {{"logits", a.contains("then_logits") ? a["then_logits"] : json()}};
+    run.then_ids = ids_of("then_ids", static_cast<size_t>(q.then_plain), true);
+    run.then_logits = answer_logits(then, q.then_plain, V, "speculate (then_logits)");  // (then, V)
+  }
+  return run;
 }
 
 std::vector<ServedResult> answer_served(const json& a, const std::vector<ServedRequest>& requests, int64_t V) {

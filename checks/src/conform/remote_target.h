@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -51,6 +52,9 @@ std::vector<std::vector<int64_t>> answer_sample_ids(const nlohmann::json& answer
 // (n lists of [id, log-probability] pairs, at least one each, log-probabilities finite and <= 1e-3).
 std::vector<ServedResult> answer_served(const nlohmann::json& answer, const std::vector<ServedRequest>& requests, int64_t vocab);
 // Throws EngineUnusable when hello's fields have the wrong types or name a protocol outside 1 to kProtocol.
+// A 'speculate' answer, each field of the type and size docs/protocol.md gives it: ids (exactly n
+// unless a stop id ended them), their logits, the counts, and the plain steps after them.
+SpeculativeRun answer_speculated(const nlohmann::json& answer, const SpeculativeRequest& request, int64_t vocab);
 void check_hello(const nlohmann::json& hello);
 
 class RemoteTarget final : public DecodeTarget, public RowServing {
@@ -86,6 +90,15 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;
   std::vector<ServedResult> serve(const std::vector<ServedRequest>& requests) override;
   std::string rows_unsupported() const override;
+  // Op "speculate": the engine's own draft-and-verify decoding (hello's "speculate" lists the draft
+  // kinds and acceptance rules it offers). A "model" draft goes as a file the writer set below makes.
+  SpeculativeRun speculate(const SpeculativeRequest& request) override;
+  std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override;
+  Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) override;
+  // Writes a draft model in the engine's format and returns the path the engine loads (called once per
+  // draft model; conform writes it beside the target's weights).
+  using DraftWriter = std::function<std::string(GPT& draft)>;
+  void set_draft_writer(DraftWriter w) { draft_writer_ = std::move(w); }
   int64_t requests() const { return p_.requests(); }
   // A second process of the same engine (started, greeted and loaded by `spawn` when asked): where
   // save-restore restores its states into a fresh context. Without a spawn, none.
@@ -116,6 +129,9 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   std::optional<std::string> unusable_;
   std::vector<int64_t> reused_;  // the last prefill's "reused", when it said
   int64_t max_rows_ = 0;         // hello's "max_rows"; 0: it named no limit
+  std::vector<std::string> drafts_, rules_;  // hello's "speculate": the draft kinds and rules it offers
+  DraftWriter draft_writer_;
+  std::map<const void*, std::string> draft_files_;  // a draft model's file, by its weights
   bool has_sampler_ = true;
   bool takes_rows_ = true;  // hello's "rows": false says the engine takes whole requests only
   int protocol_ = 1;

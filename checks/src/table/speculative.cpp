@@ -162,6 +162,17 @@ std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
   return "[" + s + "]";
 }
 
+// "" when the target runs `draft` by `rule`; else why not, for a row's skip or its note.
+std::string lacks(CheckContext& c, const std::string& draft, AcceptRule rule = AcceptRule::Exact) {
+  return c.target.speculate_unsupported(draft, rule);
+}
+
+// The row skipped, saying why: the target offers none of the runs it needs.
+void skip(CheckResult& r, const std::string& why) {
+  r.status = Status::Skipped;
+  r.detail = "skipped: " + why;
+}
+
 // kGreedyRuns as prose: "model at k = 4, ngram at k = 4 over the whole run, ...".
 std::string runs_text() {
   std::string s;
@@ -190,6 +201,10 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
       skipped = "; no trained draft (golden/draft.safetensors): the model draft left out";
       continue;
     }
+    if (const std::string why = lacks(c, draft); !why.empty()) {
+      if (skipped.find(why) == std::string::npos) skipped += "; " + why + ": its runs left out";
+      continue;
+    }
     const int64_t len = g.whole ? n : std::min(n, c.model->config().context + kShortPast);
     SpeculativeRequest q = request(c, draft, len, greedy_settings(k));
     if (g.wrong_every) q.replay_shift = 1, q.replay_period = g.wrong_every;
@@ -215,6 +230,22 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
     if (!c.tol().by_distribution()) {
       const double margin = at < plain.size() ? top2_margin(band[static_cast<int64_t>(at)]) : 0;
       if (parted && (at >= run.ids.size() || margin > 2 * c.tol().logits)) {
+        // A target that chose a wrong id computes on from it: the logits after it are our reference's over
+        // the ids it answered. One whose answer is not the ids it decoded (an adapter reading the drafts'
+        // list) computes on from others: the first id after the parting is off.
+        if (at + 1 < run.ids.size()) {
+          CheckResult whole;
+          const std::string after = off_reference(c, whole, prompt, run);
+          if (!after.empty()) {
+            set_result(r, false, what + ": the ids answered part from plain greedy at new id " + std::to_string(at) + " (" +
+                                     ids_text(run.ids, at, 4) + " against " + ids_text(plain, at, 4) +
+                                     ") and the logits after them are not our reference's over those ids: the answer's ids are not "
+                                     "the ones the target decoded (" + after + ")");
+            r.stats["max_abs_diff"] = whole.stats["max_abs_diff"];
+            if (whole.stats.count("first_over")) r.stats["first_over"] = whole.stats["first_over"];
+            return;
+          }
+        }
         set_result(r, false, what + ": the ids part from plain greedy at new id " + std::to_string(at) + " (position " +
                                  std::to_string(T0 + static_cast<int64_t>(at)) + "): " + ids_text(run.ids, at, 4) + " against " +
                                  ids_text(plain, at, 4) + (at < plain.size() ? ", the reference's top-2 margin there " + sci(margin) : "") +
@@ -236,6 +267,7 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
       r.stats["mean_accepted_length_" + key] = run.mean_accepted_length();
     }
   }
+  if (runs == 0) return skip(r, skipped.substr(2));
   r.figure = r.stats["max_abs_diff"];
   set_result(r, true, std::to_string(runs) + " speculative runs (" + runs_text() + "), each plain greedy id for id, every new id's logits within " +
                           sci(c.tol().logits) + " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " +
@@ -253,12 +285,19 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
   s.rule = AcceptRule::SampleAndMatch;
   s.sampling = c.opts.sampling;
   s.seed = c.opts.sampling_seed;
+  // Plain seeded decoding with the target's own sampler and stream: our production loop, or an engine's
+  // own loop (its 'speculate' with no drafts).
+  if (const std::string why = lacks(c, "none", s.rule); !why.empty()) return skip(r, why + " (plain seeded decoding to hold it to)");
   const at::Tensor p = at::tensor(prompt, at::kLong).unsqueeze(0).to(c.opts.prompt.device());
-  const Generation plain = c.target.generate(p, n, sampler(s.sampling, make_generator(c.opts.prompt.device(), s.seed)));
+  const Generation plain = c.target.seeded(p, n, s.sampling, s.seed);
   const std::vector<int64_t> all = row0(plain.seq), want(all.begin() + T0, all.end());
   double worst = 0;
-  std::string summary;
+  std::string summary, left_out;
   for (const char* draft : kSeededDrafts) {
+    if (const std::string why = lacks(c, draft, s.rule); !why.empty()) {
+      left_out += "; " + why;
+      continue;
+    }
     SpeculativeRequest q = request(c, draft, n, s);
     if (q.draft == "replay") q.replay = all;  // the plain seeded run: always right
     const SpeculativeRun run = c.target.speculate(q);
@@ -277,11 +316,12 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
     }
     summary += (summary.empty() ? "" : ", ") + std::string(draft) + " " + pct(run.acceptance());
   }
+  if (summary.empty()) return skip(r, left_out.substr(2));
   r.figure = worst;
   set_result(r, true, "sample-and-match at " + s.sampling.to_string() + ", seed " + std::to_string(s.seed) + ", k = " +
                           std::to_string(kSeededK) + ": " + std::to_string(n) + " ids equal to plain seeded decoding's for each draft (" +
                           summary + " accepted); each id's logits within " + sci(c.tol().self) + " of the plain run's (worst " +
-                          sci(worst) + ")");
+                          sci(worst) + ")" + left_out);
 }
 
 // --- spec-stops ---
@@ -301,6 +341,7 @@ void spec_stops_check(CheckContext& c, CheckResult& r) {
           (at + 1) % static_cast<size_t>(kStopK + 1) == 0))
     ++at;
   if (at >= std::min<size_t>(plain.size(), kStopK)) at = 0;
+  if (const std::string why = lacks(c, "replay"); !why.empty()) return skip(r, why + " (blocks accepted whole where the row puts its stop)");
   const int64_t then = std::min<int64_t>(kThenPlain, c.opts.tokens - static_cast<int64_t>(std::max<size_t>(at + 1, kBudget)));
   if (static_cast<int64_t>(plain.size()) < kBudget || then < 1) {
     r.status = Status::Skipped;
@@ -373,6 +414,7 @@ void spec_stops_check(CheckContext& c, CheckResult& r) {
 void spec_cache_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> prompt = prompt_of(c);
   const int64_t T0 = static_cast<int64_t>(prompt.size());
+  if (const std::string why = lacks(c, "replay"); !why.empty()) return skip(r, why + " (a draft never right)");
   // Rounds that reject every draft until past the window, then plain steps on the same cache.
   const int64_t total = std::min(c.opts.tokens, c.model->config().context + kPastTheWindow);
   const int64_t then = std::min<int64_t>(kThenPlain, total - 1), n = total - then;
@@ -476,7 +518,8 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   SpeculativeSettings s;
   s.k = kDistributionK;
   s.sampling = c.opts.sampling;
-  const std::string draft = c.opts.draft ? "model" : "self";
+  const std::string draft = c.opts.draft && lacks(c, "model").empty() ? "model" : "self";
+  if (const std::string why = lacks(c, draft); !why.empty()) return skip(r, why);
   // The exact distributions: the first id's, the second's after each first id, and (with a draft
   // model) the residual a rejected first draft leaves, norm(max(0, p - q)).
   const at::Tensor p1 = exact_probs(c.model, prompt, s.sampling);  // (V)
@@ -492,7 +535,7 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   }
   at::Tensor residual;
   double beta = 0;  // the probability that the first draft is rejected
-  if (c.opts.draft) {
+  if (draft == "model") {
     GPT draft_model = c.opts.draft;
     const at::Tensor q1 = exact_probs(draft_model, prompt, s.sampling);
     residual = (p1 - q1).clamp_min(0);
@@ -572,7 +615,7 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
                            std::to_string(prompt.size()) + " ids, " + draft +
                            " draft (" + pct(drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0) +
                            " accepted, first draft rejected in " + std::to_string(rejected) + " draws" +
-                           (c.opts.draft ? "" : "; no trained draft: the target's own weights, so no rejection is tested") + "): ";
+                           (draft == "model" ? "" : "; no trained draft: the target's own weights, so no rejection is tested") + "): ";
   set_result(r, ok, what + lines + (ok ? "" : " - over the critical value at a false alarm rate of 1e-6"));
 }
 

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tinygpt/checkpoint.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/kv_cost.h"
@@ -37,6 +38,10 @@ struct ConformOptions {
   // teacher-forced, sampled, long-prompt, batch, self) and "sampler" (every sampler row that holds
   // for a sampler seen through its draws).
   std::vector<std::string> groups{"all"};
+  // The rows of statistical power (spec-distribution: thousands of speculative runs) run only with
+  // `deep` or when named in `groups`; `spec_draws` > 0 sets their draws (0: what their power needs).
+  bool deep = false;
+  int64_t spec_draws = 0;
   Tolerances tolerance;
   int64_t self_stride = 0;  // the self check prefills every self_stride-th in-window step (and the last); 0: its default choice
   bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
@@ -83,7 +88,7 @@ struct ConformReport {
 
 // The model check names `groups` selects, in table order (a group of model checks that need the
 // main run also runs it). Throws std::invalid_argument on an unknown group.
-std::vector<std::string> conform_selection(const std::vector<std::string>& groups);
+std::vector<std::string> conform_selection(const std::vector<std::string>& groups, bool deep = false);
 
 class EngineProcess;
 
@@ -110,6 +115,9 @@ class LoadedEngine {
   int protocol() const;                   // 1, or 2 when hello answered protocol 2
   bool supports(const std::string& op) const;  // protocol 2 and op in hello's "operations"
   GPT& model();                           // ours, from the same checkpoint (CPU)
+  // Another model (a speculative draft, read from `ck`) in the format the engine loaded, written into
+  // the engine's private folder as `stem`.FORMAT: the path the engine is sent.
+  std::string write_model(const Checkpoint& ck, GPT& model, const std::string& stem);
   // One request and its answer (ok or not); throws EngineUnusable when the engine cannot answer.
   nlohmann::json call(const nlohmann::json& request);
   EngineProcess& process();

@@ -64,9 +64,10 @@ struct ServedResult {
 
 // One sequence decoded speculatively (op "speculate", speculative.h): n new ids from `prompt` with the
 // target's own draft-and-verify machinery, then `then_plain` plain greedy steps on the same cache (what
-// a rollback left behind shows there). `draft`: "self" (the target's own weights: always right at
-// temperature 0), "contrary" (never right there), "ngram" (prompt lookup), "model" (`draft_model`) or
-// "replay" (`replay`'s ids from the sequence's length on, those at multiples of `replay_period` moved by
+// a rollback left behind shows there). `draft`: "none" (no drafts: plain decoding through the same
+// loop, sampler and stream), "self" (the target's own weights: always right at temperature 0),
+// "contrary" (never right there), "ngram" (prompt lookup), "model" (`draft_model`) or "replay"
+// (`replay`'s ids from the sequence's length on, those at multiples of `replay_period` moved by
 // `replay_shift`: the target's own greedy run replayed is always right, moved by one never right, moved
 // at every p-th id accepted in part, and none costs a draft step).
 struct SpeculativeRequest {
@@ -178,8 +179,16 @@ class DecodeTarget {
   // none. `save-restore` restores its states there too.
   virtual std::unique_ptr<DecodeTarget> second_instance() const { return nullptr; }
   // A sequence decoded speculatively (op "speculate"): the ids, the logits each was chosen from and the
-  // acceptance counts. std::logic_error where unsupported(Op::Speculate) says why not.
+  // acceptance counts. std::logic_error where speculate_unsupported says why not.
   virtual SpeculativeRun speculate(const SpeculativeRequest& request);
+  // "" when the target decodes with this draft kind and acceptance rule; else why not (a row then leaves
+  // that run out, saying so). The default: unsupported(Op::Speculate), every kind and rule offered.
+  virtual std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const;
+  // Plain decoding with the target's own sampler drawing from its own generator seeded with `seed`: what
+  // seeded sample-and-match speculation must equal draw for draw. prompt (1, T0) -> n new ids. The
+  // default is generate() with our sampler (the target samples as we do); an engine answers it with its
+  // own loop ('speculate' with the draft "none").
+  virtual Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed);
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
