@@ -26,12 +26,15 @@ budget, --max-batch-tokens, that splits long prompts), with the scores of every 
 Planted faults for the tests, TINYGPT_ENGINE_FAULT=...: `window-256` (a sliding window of context keys,
 one too few), `positions-restart` (each step's position_ids from the row's cache length modulo the window),
 `results-by-finish-order` (generate's answers matched to requests in the order they came back),
-`sliding-cache-at-global-window` (a zoo member's sliding layers given the global window: context + 1 keys).
+`sliding-cache-at-global-window` (a zoo member's sliding layers given the global window: context + 1 keys),
+`spec-logits-one-step-late` (speculate's answer pairs each id with the next id's scores).
+`speculate` (protocol 3) is transformers' assisted generation and prompt lookup (class Speculation).
 """
 import argparse
 import base64
 import copy
 import io
+import json
 import os
 import sys
 import time
@@ -102,20 +105,26 @@ class Engine:
             raise ValueError("this engine loads formats safetensors and hf only")
         c = req["config"]
         self.context = int(c["context"])
-        self.config = GPTNeoXConfig(vocab_size=c["vocab_size"], hidden_size=c["d_model"], num_hidden_layers=c["n_layers"],
-                                    num_attention_heads=c["n_heads"], intermediate_size=4 * c["d_model"], hidden_act="gelu",
-                                    rotary_pct=1.0, rotary_emb_base=10000, layer_norm_eps=1e-5,
-                                    max_position_embeddings=4096, tie_word_embeddings=True, use_parallel_residual=False,
-                                    attention_bias=False)
-        model = GPTNeoXForCausalLM(self.config).eval()
-        state = neox_state(load_file(req["checkpoint"]), c["n_layers"], c["n_heads"], c["d_model"])
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        self.model = self.neox_from(load_file(req["checkpoint"]), c)
+        self.config = self.model.config
+        self.reset()
+
+    @staticmethod
+    def neox_from(ours, c):
+        """Our state dict and its config (SPEC 1's keys) -> transformers' GPTNeoXForCausalLM (eager attention)."""
+        d, layers, heads = int(c["d_model"]), int(c["n_layers"]), int(c["n_heads"])
+        config = GPTNeoXConfig(vocab_size=int(c["vocab_size"]), hidden_size=d, num_hidden_layers=layers,
+                               num_attention_heads=heads, intermediate_size=4 * d,
+                               hidden_act="gelu", rotary_pct=1.0, rotary_emb_base=10000, layer_norm_eps=1e-5,
+                               max_position_embeddings=4096, tie_word_embeddings=True, use_parallel_residual=False,
+                               attention_bias=False)
+        model = GPTNeoXForCausalLM(config).eval()
+        missing, unexpected = model.load_state_dict(neox_state(ours, layers, heads, d), strict=False)
         missing = [m for m in missing if not m.endswith("rotary_emb.inv_freq") and "masked_bias" not in m and m != "embed_out.weight"]
         if missing or unexpected:
             raise ValueError("weights do not map: missing %s, unexpected %s" % (missing[:4], unexpected[:4]))
         model.set_attn_implementation("eager")
-        self.model = model
-        self.reset()
+        return model
 
     def reset(self):
         self.rows, self.next_id = {}, 0
@@ -196,6 +205,110 @@ class Engine:
             raise ValueError("truncate: not offered for this cache or n out of range")
         row["cache"].crop(row["pos"] - n)
         row["pos"] -= n
+
+
+class Speculation:
+    """Op `speculate` through transformers' own assisted generation: `generate` with `assistant_model=`
+    (a draft model, or the target's own weights: draft kinds model and self) or `prompt_lookup_num_tokens=`
+    (prompt lookup: ngram), greedy or sampled, the target's own cache object (the engine's --cache kind)
+    and its logits processors; `none` is plain `generate` with the same settings and seed. Draft length k
+    is held constant (num_assistant_tokens = k, schedule constant, confidence threshold 0: transformers
+    would otherwise stop drafting early). transformers decides the rule by the draft: a model's drafts are
+    judged by speculative sampling (the exact rule), prompt lookup's by sampling every position and
+    keeping the matches (sample-and-match); a request that asks otherwise at a positive temperature is
+    refused. The acceptance counts are read from the candidate generator transformers builds (its
+    update_candidate_strategy gets each round's matches)."""
+
+    def __init__(self, engine):
+        self.engine, self.drafts = engine, {}
+        from transformers.generation import utils
+        mixin = utils.GenerationMixin
+        if not getattr(mixin, "_tinygpt_counted", False):
+            make = mixin._get_candidate_generator
+
+            def counted(model_self, *a, **kw):
+                gen = make(model_self, *a, **kw)
+                run = getattr(model_self, "_tinygpt_counts", None)
+                if run is not None:
+                    propose, update = gen.get_candidates, gen.update_candidate_strategy
+
+                    def get_candidates(input_ids, *x, **y):
+                        out = propose(input_ids, *x, **y)
+                        run["last"] = int(out[0].shape[1] - input_ids.shape[1])
+                        return out
+
+                    def update_candidate_strategy(input_ids, scores, num_matches, *x, **y):
+                        run["rounds"] += 1
+                        run["drafted"] += run["last"]
+                        run["per_round"].append(int(num_matches))
+                        return update(input_ids, scores, num_matches, *x, **y)
+                    gen.get_candidates, gen.update_candidate_strategy = get_candidates, update_candidate_strategy
+                return gen
+            mixin._get_candidate_generator, mixin._tinygpt_counted = counted, True
+
+    def draft_model(self, path):
+        if path not in self.drafts:
+            if os.path.isdir(path):
+                d = AutoModelForCausalLM.from_pretrained(path, attn_implementation="eager", dtype=torch.float32).eval()
+            else:  # a safetensors file as the suite writes it: the config in its metadata
+                from safetensors import safe_open
+                with safe_open(path, framework="pt") as f:
+                    config = json.loads(f.metadata()["config"])
+                d = self.engine.neox_from(load_file(path), config)
+            self.drafts[path] = d
+        return self.drafts[path]
+
+    @torch.no_grad()
+    def run(self, req):
+        e = self.engine
+        if e.model is None:
+            raise ValueError("no model loaded")
+        prompt = [int(i) for i in req["ids"]][-e.context:]
+        n, k, kind, rule = int(req["n"]), int(req["k"]), req["draft"], req["rule"]
+        t, top_k, top_p, penalty = settings_of(req)
+        if kind not in ("none", "self", "model", "ngram"):
+            raise ValueError("transformers drafts with none, self, model and ngram only (not %r)" % kind)
+        own_rule = "exact" if kind in ("self", "model") else "sample-and-match"
+        if t > 0 and rule != own_rule:
+            raise ValueError("transformers judges %s drafts by %s, not %s" % (kind, own_rule, rule))
+        stop = [int(i) for i in req.get("stop", [])]
+        kw = dict(max_new_tokens=n, do_sample=t > 0, temperature=t if t > 0 else None, top_k=top_k, top_p=top_p,
+                  repetition_penalty=penalty, output_logits=True, return_dict_in_generate=True, pad_token_id=0,
+                  eos_token_id=stop, past_key_values=e.new_cache())
+        if kind in ("self", "model"):
+            draft = copy.deepcopy(e.model) if kind == "self" else self.draft_model(req["draft_model"])
+            draft.generation_config.num_assistant_tokens = k
+            draft.generation_config.num_assistant_tokens_schedule = "constant"
+            draft.generation_config.assistant_confidence_threshold = 0.0
+            kw["assistant_model"] = draft
+        elif kind == "ngram":
+            kw["prompt_lookup_num_tokens"] = k
+            kw["max_matching_ngram_size"] = 3
+        counts = {"rounds": 0, "drafted": 0, "per_round": [], "last": 0}
+        e.model._tinygpt_counts = counts
+        torch.manual_seed(int(req.get("seed", 0)))
+        try:
+            out = e.model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), **kw)
+        finally:
+            e.model._tinygpt_counts = None
+        ids = [int(i) for i in out.sequences[0, len(prompt):]]
+        logits = [x[0].float().tolist() for x in out.logits][:len(ids)]
+        if "spec-logits-one-step-late" in FAULTS:  # planted: each id paired with the next step's scores
+            logits = logits[1:] + logits[-1:]
+        if kind in ("none",):
+            counts["rounds"], counts["per_round"] = len(ids), [0] * len(ids)
+        answer = {"ids": ids, "logits": logits, "rounds": counts["rounds"], "drafted": counts["drafted"],
+                  "accepted": sum(counts["per_round"]), "accepted_per_round": counts["per_round"], "then_ids": [], "then_logits": []}
+        then = int(req.get("then", 0))
+        if then:  # plain greedy steps on the cache generate left (it holds every id but the newest)
+            row = {"cache": out.past_key_values, "pos": len(prompt) + len(ids) - 1}
+            last = ids[-1]
+            for _ in range(then):
+                x = e.feed(row, [last])
+                last = int(x.argmax())
+                answer["then_ids"].append(last)
+                answer["then_logits"].append(x.tolist())
+        return answer
 
 
 class Served:
@@ -391,14 +504,20 @@ def main():
     ap.add_argument("--num-blocks", type=int, default=64, help="generate: blocks in the paged cache")
     ap.add_argument("--max-batch-tokens", type=int, default=48,
                     help="generate: tokens per forward (a longer prompt is prefilled in chunks over several)")
+    ap.add_argument("--drafts", default="none,self,model,ngram",
+                    help="speculate: the draft kinds hello offers (none, self, model: assisted generation; ngram: prompt lookup)")
     ap.add_argument("--undeclared", action="store_true",
                     help="dynamic, static: leave the deviation no-window out of hello (judged past the window as SPEC 4)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     engine = Engine(args.cache)
     served = Served(engine, args.prefix_sharing == "on", args.block_size, args.num_blocks, args.max_batch_tokens)
+    speculation = Speculation(engine)
+    drafts = [d for d in args.drafts.split(",") if d]
+    if set(drafts) - {"none", "self", "model", "ngram"}:
+        ap.error("--drafts takes none, self, model and ngram")
     ops = ["ragged", "join", "fork", "release", "threads", "row-sampling"] + (["truncate"] if args.cache == "dynamic" else [])
-    ops3 = ops + ["extend", "save", "restore", "generate"]
+    ops3 = ops + ["extend", "save", "restore", "generate", "speculate"]
     spoken = 1
 
     def handle(req):
@@ -417,6 +536,8 @@ def main():
             if spoken >= 2:
                 out["protocol"] = spoken
                 out["operations"] = ops3 if spoken >= 3 else ops
+            if spoken >= 3:  # assisted generation (a draft model, or the target's weights) and prompt lookup
+                out["speculate"] = {"drafts": drafts, "rules": ["exact", "sample-and-match"]}
         elif op == "load":
             engine.load(req)
             served._model = None  # continuous batching's own copy is made again from these weights
@@ -440,6 +561,10 @@ def main():
             out = {"ok": True, "row": engine.restore(req["state"])}
         elif op == "generate" and spoken >= 3:
             out = {"ok": True, "results": served.run(req["requests"])}
+        elif op == "speculate" and spoken >= 3:
+            if req.get("draft") not in drafts:
+                raise ValueError("this adapter drafts with %s only (--drafts)" % drafts)
+            out = dict(ok=True, **speculation.run(req))
         elif op == "truncate" and "truncate" in ops:
             engine.truncate(req["row"], req["n"])
             out = {"ok": True}

@@ -96,6 +96,26 @@ std::vector<std::string> hello_kv_types(const nlohmann::json& hello) {
   return listed;
 }
 
+namespace {
+// A zoo member (SPEC 10) goes as a Hugging Face directory, a GGUF file or an ONNX graph, which carry its
+// knobs (the GGUF's architecture is the llama.cpp graph that computes it; the ONNX graph is written
+// from its config); the series' formats would drop them. A model of the seed's architecture goes in any
+// format we write except a Hugging Face directory, which cannot carry its RoPE's adjacent pairs.
+// Either goes in the first such format hello lists; "" when none.
+std::string format_for(const json& hello, const Config& cfg) {
+  static const std::vector<std::string> zoo_formats = {"hf", "gguf", "onnx", "transformers-js"};
+  const auto& known = export_formats();
+  const bool zoo = !cfg.is_seed_architecture();
+  if (hello.contains("formats") && hello["formats"].is_array())
+    for (const auto& e : hello["formats"]) {
+      if (!e.is_string() || std::find(known.begin(), known.end(), e.get<std::string>()) == known.end()) continue;
+      const std::string f = e.get<std::string>();
+      if (zoo ? std::count(zoo_formats.begin(), zoo_formats.end(), f) > 0 : f != "hf") return f;
+    }
+  return "";
+}
+}  // namespace
+
 struct LoadedEngine::Impl {
   std::string checkpoint, name, format;
   Checkpoint ck;
@@ -127,25 +147,12 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   if (m.protocol >= 2 && m.hello.contains("operations"))
     for (const auto& op : m.hello["operations"])
       if (op.is_string()) m.operations.push_back(op.get<std::string>());
-  const auto& known = export_formats();
-  std::vector<std::string> listed;
-  if (m.hello.contains("formats") && m.hello["formats"].is_array())
-    for (const auto& f : m.hello["formats"])
-      if (f.is_string() && std::find(known.begin(), known.end(), f.get<std::string>()) != known.end()) listed.push_back(f.get<std::string>());
-  // A zoo member (SPEC 10) goes as a Hugging Face directory, a GGUF file or an ONNX graph, which carry its
-  // knobs (the GGUF's architecture is the llama.cpp graph that computes it; the ONNX graph is written
-  // from its config); the series' formats would drop them.
-  // Either model goes in the first such format the engine lists.
-  static const std::vector<std::string> zoo_formats = {"hf", "gguf", "onnx", "transformers-js"};
   const bool zoo = !cfg.is_seed_architecture();
-  for (const auto& f : listed)
-    if (m.format.empty() && (!zoo || std::count(zoo_formats.begin(), zoo_formats.end(), f))) m.format = f;
+  m.format = format_for(m.hello, cfg);
   if (m.format.empty() && zoo) {
-    std::string names;
-    for (const auto& f : zoo_formats) names += (names.empty() ? "\"" : ", \"") + f + "\"";
     throw std::invalid_argument("conform: the model sets " + cfg.zoo_knob() + " (a zoo member, SPEC 10), which goes to an engine as a "
-                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of " + names +
-                                " (" + engine_json(m.hello["formats"]) + ")");
+                                "Hugging Face directory, a GGUF file or an ONNX graph; this engine's hello lists none of \"hf\", "
+                                "\"gguf\", \"onnx\", \"transformers-js\" (" + engine_json(m.hello["formats"]) + ")");
   }
   if (m.format.empty())
     throw EngineUnusable("engine: 'hello' named no format we write (pt, safetensors, gguf, onnx, hf): " + engine_json(m.hello));
@@ -189,8 +196,12 @@ bool LoadedEngine::supports(const std::string& op) const {
 }
 GPT& LoadedEngine::model() { return impl_->model; }
 std::string LoadedEngine::write_model(const Checkpoint& ck, GPT& model, const std::string& stem) {
-  const std::string file = impl_->tmp.path + "/" + stem + "." + impl_->format;
-  export_model(ck, model, impl_->format, file);
+  const std::string format = format_for(impl_->hello, model->config());
+  if (format.empty())
+    throw std::logic_error("conform: the engine lists no format that carries " + stem + "'s architecture (" +
+                           engine_json(impl_->hello.value("formats", json::array())) + ")");
+  const std::string file = impl_->tmp.path + "/" + stem + "." + format;
+  export_model(ck, model, format, file);
   return file;
 }
 EngineProcess& LoadedEngine::process() { return *impl_->proc; }
@@ -354,7 +365,7 @@ ConformReport run_conform(const ConformOptions& o) {
       if (d->config().vocab_size == cfg.vocab_size) eo.draft = d;
     }
     target.set_draft_writer([&engine, &draft_ck, &say](GPT& d) {
-      say("writing the speculative draft as " + engine.format());
+      say("writing the speculative draft for the engine");
       return engine.write_model(draft_ck, d, "draft");
     });
   }

@@ -277,9 +277,13 @@ Generation RemoteTarget::seeded(const at::Tensor& prompt, int64_t n, const Sampl
 SpeculativeRun answer_speculated(const json& a, const SpeculativeRequest& q, int64_t V) {
   auto ids_of = [&](const char* field, size_t most, bool exact) {
     const json& l = a.contains(field) ? a[field] : json();
-    if (!l.is_array() || l.size() > most || (exact && l.size() != most))
-      throw WrongAnswer(std::string("'speculate' answered without \"") + field + "\": " + (exact ? "exactly " : "at most ") +
-                        std::to_string(most) + " ids");
+    if (!l.is_array()) throw WrongAnswer(std::string("'speculate' answered without \"") + field + "\", a list of ids");
+    if (l.size() > most)  // more than asked for: past the budget (a block emitted whole where it ran over)
+      throw WrongAnswer(std::string("'speculate' answered ") + std::to_string(l.size()) + " " + field + " for a budget of " +
+                        std::to_string(most) + ": " + std::to_string(l.size() - most) + " past it");
+    if (exact && l.size() != most)
+      throw WrongAnswer(std::string("'speculate' answered ") + std::to_string(l.size()) + " " + field + " for a budget of " +
+                        std::to_string(most) + " and no stop id among them");
     std::vector<int64_t> out;
     for (const json& id : l) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= V)

@@ -42,12 +42,14 @@ struct GreedyRun {
   int64_t k;
   bool whole;
   int64_t wrong_every = 0;  // replay: the ids at multiples of it moved by one (0: none)
+  const char* instead_of = nullptr;  // run only where the target does not offer this draft
 };
 constexpr int64_t kMainK = 4;
-// The drafts accepted in part first: a rollback's bugs show at their first rejection.
-constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false},     {"replay", kMainK, false, 3}, {"ngram", kMainK, true},
-                                     {"replay", kMainK, true},     {"replay", 1, false},         {"replay", 8, false},
-                                     {"replay", 8, false, 5}};
+// The drafts accepted in part first: a rollback's bugs show at their first rejection. An engine that
+// cannot be handed drafts (no replay) has its own weights draft instead: always right, blocks whole.
+constexpr GreedyRun kGreedyRuns[] = {{"model", kMainK, false},  {"replay", kMainK, false, 3}, {"ngram", kMainK, true},
+                                     {"replay", kMainK, true},  {"self", kMainK, true, 0, "replay"},
+                                     {"replay", 1, false},      {"replay", 8, false},         {"replay", 8, false, 5}};
 
 // A run's name: its draft, and for a replay its wrong ids ("replay wrong every 3").
 std::string run_label(const GreedyRun& g) {
@@ -162,6 +164,15 @@ std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
   return "[" + s + "]";
 }
 
+// The target's run of `q`, a wrong answer to it named by the run (`what`): a row makes several.
+SpeculativeRun speculate(CheckContext& c, const SpeculativeRequest& q, const std::string& what) {
+  try {
+    return c.target.speculate(q);
+  } catch (const CheckFailure& e) {
+    throw CheckFailure(what + ": " + e.what());
+  }
+}
+
 // "" when the target runs `draft` by `rule`; else why not, for a row's skip or its note.
 std::string lacks(CheckContext& c, const std::string& draft, AcceptRule rule = AcceptRule::Exact) {
   return c.target.speculate_unsupported(draft, rule);
@@ -177,7 +188,8 @@ void skip(CheckResult& r, const std::string& why) {
 std::string runs_text() {
   std::string s;
   for (const GreedyRun& g : kGreedyRuns)
-    s += (s.empty() ? "" : ", ") + run_label(g) + " at k = " + std::to_string(g.k) + (g.whole ? " over the whole run" : "");
+    s += (s.empty() ? "" : ", ") + run_label(g) + " at k = " + std::to_string(g.k) + (g.whole ? " over the whole run" : "") +
+         (g.instead_of ? std::string(" (where ") + g.instead_of + " is not offered)" : "");
   return s + "; the others to " + std::to_string(kShortPast) + " past the window";
 }
 
@@ -192,7 +204,7 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t> all = row0(main.seq);
   const std::vector<int64_t> plain_ids(all.begin() + T0, all.end());
   const at::Tensor band = c.main_reference().band.select(0, 0);  // (n, V): our reference over the plain run
-  std::string summary, skipped;
+  std::string summary, skipped, ran;
   int runs = 0;
   for (const GreedyRun& g : kGreedyRuns) {
     const std::string draft = g.draft;
@@ -201,6 +213,7 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
       skipped = "; no trained draft (golden/draft.safetensors): the model draft left out";
       continue;
     }
+    if (g.instead_of && lacks(c, g.instead_of).empty()) continue;
     if (const std::string why = lacks(c, draft); !why.empty()) {
       if (skipped.find(why) == std::string::npos) skipped += "; " + why + ": its runs left out";
       continue;
@@ -208,10 +221,11 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
     const int64_t len = g.whole ? n : std::min(n, c.model->config().context + kShortPast);
     SpeculativeRequest q = request(c, draft, len, greedy_settings(k));
     if (g.wrong_every) q.replay_shift = 1, q.replay_period = g.wrong_every;
-    const SpeculativeRun run = c.target.speculate(q);
-    ++runs;
     const std::string label = run_label(g);
     const std::string what = label + " draft at k = " + std::to_string(k);
+    const SpeculativeRun run = speculate(c, q, what);
+    ++runs;
+    ran += (ran.empty() ? "" : ", ") + what + (g.whole ? " over the whole run" : "");
     const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
     const size_t at = parting(run.ids, plain);
     const bool parted = at < plain.size() || run.ids.size() != plain.size();
@@ -269,7 +283,8 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
   }
   if (runs == 0) return skip(r, skipped.substr(2));
   r.figure = r.stats["max_abs_diff"];
-  set_result(r, true, std::to_string(runs) + " speculative runs (" + runs_text() + "), each plain greedy id for id, every new id's logits within " +
+  set_result(r, true, std::to_string(runs) + " speculative runs (" + ran + "; the runs not over the whole run to " +
+                          std::to_string(kShortPast) + " past the window), each plain greedy id for id, every new id's logits within " +
                           sci(c.tol().logits) + " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " +
                           std::to_string(kMainK) + ": " + summary + skipped);
 }
@@ -288,19 +303,23 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
   // Plain seeded decoding with the target's own sampler and stream: our production loop, or an engine's
   // own loop (its 'speculate' with no drafts).
   if (const std::string why = lacks(c, "none", s.rule); !why.empty()) return skip(r, why + " (plain seeded decoding to hold it to)");
+  std::string left_out;
+  std::vector<const char*> drafts;
+  for (const char* draft : kSeededDrafts) {
+    if (const std::string why = lacks(c, draft, s.rule); !why.empty()) left_out += "; " + why;
+    else drafts.push_back(draft);
+  }
+  if (drafts.empty()) return skip(r, left_out.substr(2));
   const at::Tensor p = at::tensor(prompt, at::kLong).unsqueeze(0).to(c.opts.prompt.device());
   const Generation plain = c.target.seeded(p, n, s.sampling, s.seed);
   const std::vector<int64_t> all = row0(plain.seq), want(all.begin() + T0, all.end());
   double worst = 0;
-  std::string summary, left_out;
-  for (const char* draft : kSeededDrafts) {
-    if (const std::string why = lacks(c, draft, s.rule); !why.empty()) {
-      left_out += "; " + why;
-      continue;
-    }
+  std::string summary;
+  int64_t drafted = 0;
+  for (const char* draft : drafts) {
     SpeculativeRequest q = request(c, draft, n, s);
     if (q.draft == "replay") q.replay = all;  // the plain seeded run: always right
-    const SpeculativeRun run = c.target.speculate(q);
+    const SpeculativeRun run = speculate(c, q, std::string(draft) + " draft, sample-and-match");
     const size_t at = parting(run.ids, want);
     if (at < want.size() || run.ids.size() != want.size()) {
       set_result(r, false, std::string(draft) + " draft, sample-and-match, seed " + std::to_string(s.seed) +
@@ -314,13 +333,16 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
       set_result(r, false, std::string(draft) + " draft, sample-and-match: " + off);
       return;
     }
-    summary += (summary.empty() ? "" : ", ") + std::string(draft) + " " + pct(run.acceptance());
+    summary += (summary.empty() ? "" : ", ") + std::string(draft) + " " + pct(run.acceptance()) + " of " + std::to_string(run.drafted);
+    drafted += run.drafted;
   }
-  if (summary.empty()) return skip(r, left_out.substr(2));
+  if (drafted == 0)  // equal to plain decoding, and nothing speculative judged
+    return skip(r, "the target drafted nothing in " + std::to_string(n) + " ids at " + s.sampling.to_string() + " (" + summary +
+                       " drafts accepted): its ids equal plain seeded decoding's, with no round to judge" + left_out);
   r.figure = worst;
   set_result(r, true, "sample-and-match at " + s.sampling.to_string() + ", seed " + std::to_string(s.seed) + ", k = " +
                           std::to_string(kSeededK) + ": " + std::to_string(n) + " ids equal to plain seeded decoding's for each draft (" +
-                          summary + " accepted); each id's logits within " + sci(c.tol().self) + " of the plain run's (worst " +
+                          summary + " drafts accepted); each id's logits within " + sci(c.tol().self) + " of the plain run's (worst " +
                           sci(worst) + ")" + left_out);
 }
 

@@ -115,8 +115,8 @@ class LoadedEngine {
   int protocol() const;                   // 1, or 2 when hello answered protocol 2
   bool supports(const std::string& op) const;  // protocol 2 and op in hello's "operations"
   GPT& model();                           // ours, from the same checkpoint (CPU)
-  // Another model (a speculative draft, read from `ck`) in the format the engine loaded, written into
-  // the engine's private folder as `stem`.FORMAT: the path the engine is sent.
+  // Another model (a speculative draft, read from `ck`) in the first format hello lists that carries its
+  // architecture, written into the engine's private folder as `stem`.FORMAT: the path the engine is sent.
   std::string write_model(const Checkpoint& ck, GPT& model, const std::string& stem);
   // One request and its answer (ok or not); throws EngineUnusable when the engine cannot answer.
   nlohmann::json call(const nlohmann::json& request);
