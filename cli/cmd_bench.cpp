@@ -62,7 +62,10 @@ Command add_bench(CLI::App& app) {
       "(default: the shipped fixture, its draft golden/draft.safetensors): plain cached greedy against draft-and-\n"
       "verify per --spec-draft x --batch x --k x --thread-sweep, with the acceptance rate, ids per round and whether\n"
       "the ids are plain greedy's; a batch's rows speculate in one batch, beside the same rows one after another;\n"
-      "--tokens is one count here (new ids per row, default 256). Exit 1 when a cell's ids are not plain greedy's.");
+      "--tokens is one count here (new ids per row, default 256). Exit 1 when a cell's ids are not plain greedy's.\n"
+      "With --speculative --vs-engine CMD: a conform engine's own speculative decoding (its 'speculate' requests,\n"
+      "timed by the engine) at batch 1 for each --spec-draft it offers and each --k, against its own plain decoding\n"
+      "(the draft none), beside our decoder's batch-1 table from the same run.");
   cmd->add_option("--batch", o->bench.batches, "batch sizes, comma-separated")->delimiter(',')->capture_default_str()
       ->check(kPositive);
   cmd->add_option("--tokens", o->bench.tokens, "new tokens per run, comma-separated")->delimiter(',')->capture_default_str()
@@ -101,6 +104,42 @@ Command add_bench(CLI::App& app) {
               if (tty) std::cerr << "\r\033[Kbench: " << s << std::flush;
               else std::cerr << "bench: " << s << "\n";
             };
+            if (!o->vs_engine.empty() && o->speculative) {
+              // The engine's own speculative decoding beside ours, in one sitting: our decoder at batch 1 first.
+              if (dev.type() != c10::kCPU) throw std::invalid_argument("bench --vs-engine: CPU only (engines run on the CPU here)");
+              tools::SpecBenchOptions so = o->spec;
+              so.batches = {1};
+              if (cmd->count("--tokens")) {
+                if (o->bench.tokens.size() != 1) throw std::invalid_argument("bench --speculative: one --tokens count");
+                so.tokens = o->bench.tokens.front();
+              }
+              const bool fixture = o->model.checkpoint.empty() && o->model.model.empty();
+              const std::string draft_path = o->draft.empty() && fixture ? checks::data_dir() + "/draft.safetensors" : o->draft;
+              tools::SpecEngineReport theirs;
+              tools::SpecBenchReport ours;
+              try {
+                checks::LoadedEngine engine(o->vs_engine, o->model.checkpoint, o->timeout_s, progress);
+                GPT draft{nullptr};
+                std::string draft_file;
+                if (!draft_path.empty()) {
+                  const Checkpoint ck = read_any_checkpoint(draft_path);
+                  draft = model_from_checkpoint(ck, dev, draft_path);
+                  draft->eval();
+                  draft_file = engine.write_model(ck, draft, "draft");
+                }
+                theirs = tools::run_spec_vs_engine(engine, o->vs_engine, draft_file, so, progress);
+                ours = tools::run_spec_bench(engine.model(), draft, so, progress);
+              } catch (const checks::EngineUnusable& e) {
+                if (tty) std::cerr << "\r\033[K";
+                std::cerr << "tinygpt: error: " << e.what() << "\n";
+                return int(kBadInput);
+              }
+              if (tty) std::cerr << "\r\033[K";
+              std::cout << "ours:\n" << ours.format() << "\n" << theirs.format();
+              if (!o->json.empty())
+                results::write_json_atomically(o->json, {{"ours", ours.to_json()}, {"engine", theirs.to_json()}});
+              return int(kOk);
+            }
             if (!o->vs_engine.empty()) {
               if (dev.type() != c10::kCPU) throw std::invalid_argument("bench --vs-engine: CPU only (engines run on the CPU here)");
               if (!o->bench.thread_counts.empty()) throw std::invalid_argument("bench --vs-engine: --threads, not --thread-sweep");

@@ -25,6 +25,8 @@ named as the library's fault it mirrors where there is one:
   spec-match-draws-from-draft-stream  sample-and-match draws the verify positions from the draft's
                                       stream, not the target's (a sampler setting sent to one side only)
 """
+import time
+
 import torch
 
 FAULTS = {"spec-rejected-entries-kept", "spec-bonus-from-last-draft-position", "spec-accept-every-draft", "spec-stop-not-ending",
@@ -151,6 +153,7 @@ class Speculative:
 
         rid = host.new_row()
         row = host.rows[rid]
+        t0 = time.perf_counter()
         try:
             window = prompt[-ctx:]
             if len(window) > 1:
@@ -210,6 +213,7 @@ class Speculative:
                 out["drafted"] += kk
                 out["accepted"] += j
                 out["accepted_per_round"].append(j)
+            out["decode_s"] = time.perf_counter() - t0  # the engine's own time: prefill and rounds, not the answer's JSON
             out["then_ids"], out["then_logits"] = [], []
             for _ in range(then):
                 logits = host.forward(model, torch.tensor([[newest]], dtype=torch.long), row, row["pos"])

@@ -287,17 +287,19 @@ class Speculation:
         counts = {"rounds": 0, "drafted": 0, "per_round": [], "last": 0}
         e.model._tinygpt_counts = counts
         torch.manual_seed(int(req.get("seed", 0)))
+        t0 = time.perf_counter()
         try:
             out = e.model.generate(input_ids=torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long), **kw)
         finally:
             e.model._tinygpt_counts = None
+        elapsed = time.perf_counter() - t0  # generate's own time, not the answer's JSON
         ids = [int(i) for i in out.sequences[0, len(prompt):]]
         logits = [x[0].float().tolist() for x in out.logits][:len(ids)]
         if "spec-logits-one-step-late" in FAULTS:  # planted: each id paired with the next step's scores
             logits = logits[1:] + logits[-1:]
         if kind in ("none",):
             counts["rounds"], counts["per_round"] = len(ids), [0] * len(ids)
-        answer = {"ids": ids, "logits": logits, "rounds": counts["rounds"], "drafted": counts["drafted"],
+        answer = {"ids": ids, "logits": logits, "decode_s": elapsed, "rounds": counts["rounds"], "drafted": counts["drafted"],
                   "accepted": sum(counts["per_round"]), "accepted_per_round": counts["per_round"], "then_ids": [], "then_logits": []}
         then = int(req.get("then", 0))
         if then:  # plain greedy steps on the cache generate left (it holds every id but the newest)

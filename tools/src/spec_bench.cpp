@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -176,6 +177,122 @@ std::string SpecBenchReport::format() const {
        "kernels; a batch's rows speculate in one RowBatch (one batched verify step a round); rows alone: the same rows\n"
        "one after another, each in a decoder of its own. ids/round: accepted drafts and the id the target adds, per round.\n"
        "lossless: every row's ids are plain greedy's (and, at batch > 1, the rows alone give the same ids).\n";
+  return s.str();
+}
+
+namespace {
+
+// One greedy 'speculate' request from the bench's prompt: the answer's ids, the engine's own seconds and counts.
+struct EngineRun {
+  std::vector<int64_t> ids;
+  double seconds = 0;
+  int64_t rounds = 0, drafted = 0, accepted = 0;
+};
+
+EngineRun engine_speculate(checks::LoadedEngine& engine, const std::string& draft, int64_t k, int64_t n, const std::string& draft_file) {
+  nlohmann::json q = {{"op", "speculate"}, {"ids", {1, 2, 3}}, {"n", n},           {"draft", draft},  {"k", k},
+                      {"rule", "exact"},   {"temperature", 0}, {"top_k", 0},       {"top_p", 1.0},     {"penalty", 1.0},
+                      {"seed", 0},         {"stop", nlohmann::json::array()},      {"then", 0}};
+  if (draft == "model") q["draft_model"] = draft_file;
+  const nlohmann::json a = engine.call(q);
+  auto bad = [&](const std::string& what) { return std::runtime_error("'speculate' answered " + what); };
+  if (!a.value("ok", false)) throw bad("ok false: " + a.value("error", std::string("(no error)")).substr(0, 200));
+  if (!a.contains("ids") || !a["ids"].is_array()) throw bad("no ids");
+  if (!a.contains("decode_s") || !a["decode_s"].is_number() || a["decode_s"].get<double>() <= 0)
+    throw checks::EngineUnusable("bench --speculative --vs-engine: 'speculate' answered without \"decode_s\", the seconds it took "
+                                 "(the bench times the engine by its own clock)");
+  EngineRun r;
+  for (const auto& id : a["ids"]) r.ids.push_back(id.get<int64_t>());
+  r.seconds = a["decode_s"].get<double>();
+  r.rounds = a.value("rounds", int64_t{0}), r.drafted = a.value("drafted", int64_t{0}), r.accepted = a.value("accepted", int64_t{0});
+  return r;
+}
+
+}  // namespace
+
+SpecEngineReport run_spec_vs_engine(checks::LoadedEngine& engine, const std::string& command, const std::string& draft_file,
+                                    const SpecBenchOptions& o, const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& s) {
+    if (progress) progress(s);
+  };
+  if (o.tokens < 1 || o.tokens + 3 > engine.model()->config().context)
+    throw std::invalid_argument("bench --speculative --vs-engine: --tokens from 1 to the window less the 3-id prompt (" +
+                                std::to_string(engine.model()->config().context - 3) + ")");
+  const nlohmann::json& hello = engine.hello();
+  if (!engine.supports("speculate") || !hello.contains("speculate"))
+    throw checks::EngineUnusable("engine '" + engine.name() + "' decodes no sequence speculatively: its hello lists no 'speculate' operation "
+                                 "(protocol 3, docs/protocol.md)");
+  std::vector<std::string> offered;
+  for (const auto& d : hello["speculate"].value("drafts", nlohmann::json::array())) offered.push_back(d.get<std::string>());
+  auto offers = [&](const std::string& d) { return std::find(offered.begin(), offered.end(), d) != offered.end(); };
+  if (!offers("none")) throw checks::EngineUnusable("engine '" + engine.name() + "' offers no plain decoding through 'speculate' (draft \"none\")");
+  SpecEngineReport rep;
+  rep.engine = engine.name(), rep.command = command, rep.tokens = o.tokens;
+  say("plain decoding (draft none)");
+  EngineRun plain;
+  try {
+    engine_speculate(engine, "none", 1, 16, draft_file);  // warm-up
+    plain = engine_speculate(engine, "none", 1, o.tokens, draft_file);
+  } catch (const checks::EngineUnusable&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw checks::EngineUnusable("bench --speculative --vs-engine: plain decoding (draft none): " + std::string(e.what()));
+  }
+  for (const auto& d : o.drafts) {
+    if (!offers(d)) {
+      rep.left_out.push_back(d + ": the engine does not offer it");
+      continue;
+    }
+    if (d == "model" && draft_file.empty()) {
+      rep.left_out.push_back("model: no trained draft");
+      continue;
+    }
+    for (int64_t k : o.widths) {
+      say(d + " draft, k " + std::to_string(k));
+      EngineRun run;
+      try {
+        engine_speculate(engine, d, k, 16, draft_file);  // warm-up
+        run = engine_speculate(engine, d, k, o.tokens, draft_file);
+      } catch (const checks::EngineUnusable&) {
+        throw;
+      } catch (const std::runtime_error& e) {  // the cell fails; the others still run
+        rep.left_out.push_back(d + " at k = " + std::to_string(k) + ": " + e.what());
+        continue;
+      }
+      SpecEngineRow r;
+      r.draft = d, r.k = k;
+      r.plain_tok_s = static_cast<double>(o.tokens) / plain.seconds;
+      r.spec_tok_s = static_cast<double>(o.tokens) / run.seconds;
+      r.acceptance = run.drafted ? static_cast<double>(run.accepted) / static_cast<double>(run.drafted) : 0;
+      r.mean_accepted_length = run.rounds ? static_cast<double>(run.ids.size()) / static_cast<double>(run.rounds) : 0;
+      r.lossless = run.ids == plain.ids;  // a run that emitted more ids than asked for is not
+      rep.rows.push_back(r);
+    }
+  }
+  return rep;
+}
+
+nlohmann::json SpecEngineReport::to_json() const {
+  nlohmann::json rows_j = nlohmann::json::array();
+  for (const auto& r : rows)
+    rows_j.push_back({{"draft", r.draft}, {"k", r.k}, {"plain_tok_s", r.plain_tok_s}, {"speculative_tok_s", r.spec_tok_s},
+                      {"speedup", r.speedup()}, {"acceptance", r.acceptance}, {"mean_accepted_length", r.mean_accepted_length},
+                      {"lossless", r.lossless}});
+  return {{"engine", engine}, {"command", command}, {"tokens", tokens}, {"left_out", left_out}, {"speculative", rows_j}};
+}
+
+std::string SpecEngineReport::format() const {
+  std::ostringstream s;
+  s << "engine: " << engine << " (batch 1, " << tokens << " greedy ids from a 3-id prompt, timed by the engine)\n";
+  s << "draft   k  plain tok/s  speculative tok/s  speedup  accepted  ids/round  lossless\n";
+  for (const auto& r : rows) {
+    char b[200];
+    std::snprintf(b, sizeof b, "%-6s %2lld %12.0f %18.0f %7.2fx %8.0f%% %10.2f  %s\n", r.draft.c_str(), static_cast<long long>(r.k),
+                  r.plain_tok_s, r.spec_tok_s, r.speedup(), 100 * r.acceptance, r.mean_accepted_length, r.lossless ? "yes" : "NO");
+    s << b;
+  }
+  for (const auto& l : left_out) s << "not timed: " << l << "\n";
+  s << "plain: the engine's own decoding with no drafts (speculate, draft none); lossless: the ids equal that run's.\n";
   return s.str();
 }
 

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tinygpt/checks/conform.h"
 #include "tinygpt/gpt.h"
 #include "tinygpt/tools/bench.h"
 
@@ -57,5 +58,30 @@ struct SpecBenchReport {
 // `draft` may be null: the "model" draft's cells are then left out (said in the report's draft line).
 SpecBenchReport run_spec_bench(GPT& target, GPT draft, const SpecBenchOptions& opts,
                                const std::function<void(const std::string&)>& progress = {});
+
+// `bench --speculative --vs-engine CMD`: a conform engine's own speculative decoding (op 'speculate') at
+// batch 1, timed by the engine (its answer's decode_s: prefill and rounds, not the answer's JSON): plain
+// (the draft "none") against each draft kind it offers of `opts.drafts` at each k, greedy, one timed run
+// after a warm-up, with its acceptance counts and whether its ids are its own plain greedy ids.
+struct SpecEngineRow {
+  std::string draft;
+  int64_t k = 0;
+  double plain_tok_s = 0, spec_tok_s = 0;
+  double acceptance = 0, mean_accepted_length = 0;
+  bool lossless = false;  // the ids equal the engine's own plain greedy run's
+  double speedup() const { return plain_tok_s > 0 ? spec_tok_s / plain_tok_s : 0; }
+};
+struct SpecEngineReport {
+  std::string engine, command;
+  int64_t tokens = 0;
+  std::vector<std::string> left_out;  // cells not timed, with why (a draft not offered, a request refused)
+  std::vector<SpecEngineRow> rows;
+  nlohmann::json to_json() const;
+  std::string format() const;
+};
+// `draft_file`: the trained draft as the engine loads it (empty: the "model" cells are left out).
+// Throws checks::EngineUnusable when the engine offers no 'speculate' or no draft "none".
+SpecEngineReport run_spec_vs_engine(checks::LoadedEngine& engine, const std::string& command, const std::string& draft_file,
+                                    const SpecBenchOptions& opts, const std::function<void(const std::string&)>& progress = {});
 
 }  // namespace tinygpt::tools
