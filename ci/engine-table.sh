@@ -2,12 +2,14 @@
 # The engine x model x row table (docs/engines.md, "Engines on the zoo"): `tinygpt conform` of each engine
 # set-up on each zoo member, one at a time, each with its wall time; then the Markdown table from the JSON
 # reports. Long (minutes per cell): never part of the test command.
-#   ci/engine-table.sh [--setup NAME]... [--member NAME]... [--no-table] [OUT_DIR]   (default build/engine-table)
+#   ci/engine-table.sh [--setup NAME]... [--member NAME]... [--checks LIST] [--no-table] [OUT_DIR]   (default build/engine-table)
 #   ci/engine-table.sh --list                     the set-ups, one per line (a CI matrix reads them)
 #   ci/engine-table.sh --seed [OUT_DIR]           the seed's engine x row table instead (every adapter on
 #                                                 the shipped fixture: ci/seed-engine-table.sh)
 # --setup / --member pick cells (default: every set-up, every member); --no-table only writes the cells'
-# reports (a CI matrix job runs one cell, a merge step runs ci/engine_table.py over all of them).
+# reports (a CI matrix job runs one cell, a merge step runs ci/engine_table.py over all of them);
+# --checks LIST runs those rows only (default all: e.g. the speculative rows alone,
+# --checks spec-greedy,spec-seeded,spec-stops,spec-cache).
 # Set-ups (after ci/engines.sh; one that is not there is skipped, saying so):
 #   llama.cpp-0.4            npm's prebuilt llama.cpp 0.4.0 through engines/llama.cpp/adapter.cpp (GGUF)
 #   llama.cpp-0.7            Debian forky's llama.cpp 0.7.0, the same adapter, in the forky chroot (root)
@@ -24,7 +26,7 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 all_setups="llama.cpp-0.4 llama.cpp-0.7 llama-server-0.7 wllama onnxruntime transformers.js transformers.js-positions transformers-dynamic transformers-sliding transformers-static"
-setups="" members="" table=1 out=""
+setups="" members="" table=1 out="" checks=all
 while [ $# -gt 0 ]; do
   case "$1" in
     --seed) shift; exec bash "$root/ci/seed-engine-table.sh" "$@" ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --setup) setups="$setups $2"; shift 2 ;;
     --member) members="$members $2"; shift 2 ;;
     --no-table) table=0; shift ;;
+    --checks) checks=$2; shift 2 ;;
     -*) echo "engine-table: unknown option $1" >&2; exit 2 ;;
     *) out=$1; shift ;;
   esac
@@ -68,7 +71,7 @@ for s in $setups; do
     [ -f "$root/golden/zoo/$m/model.safetensors" ] || { echo "engine-table: no zoo member '$m'" >&2; exit 2; }
     start=$(date +%s)
     "$tinygpt" conform --engine "$engine" --model "zoo:$m" --tokens 300 --threads 1 \
-      --checks all --json "$out/$s.$m.json" > "$out/$s.$m.log" 2>&1 || true
+      --checks "$checks" --json "$out/$s.$m.json" > "$out/$s.$m.log" 2>&1 || true
     secs=$(( $(date +%s) - start ))
     echo "$secs" > "$out/$s.$m.time"  # one file a cell: a CI matrix's artifacts merge without clashing
     echo "engine-table: $s $m $secs s" >&2

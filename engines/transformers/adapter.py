@@ -519,7 +519,9 @@ def main():
     if set(drafts) - {"none", "self", "model", "ngram"}:
         ap.error("--drafts takes none, self, model and ngram")
     ops = ["ragged", "join", "fork", "release", "threads", "row-sampling"] + (["truncate"] if args.cache == "dynamic" else [])
-    ops3 = ops + ["extend", "save", "restore", "generate", "speculate"]
+    # transformers refuses assisted generation on a StaticCache ("assisted generate is not supported with
+    # Static cache classes"): that set-up offers no speculate, and the speculative rows say so.
+    ops3 = ops + ["extend", "save", "restore", "generate"] + (["speculate"] if args.cache != "static" else [])
     spoken = 1
 
     def handle(req):
@@ -538,7 +540,7 @@ def main():
             if spoken >= 2:
                 out["protocol"] = spoken
                 out["operations"] = ops3 if spoken >= 3 else ops
-            if spoken >= 3:  # assisted generation (a draft model, or the target's weights) and prompt lookup
+            if spoken >= 3 and "speculate" in ops3:  # assisted generation (a draft model, or the target's weights) and prompt lookup
                 out["speculate"] = {"drafts": drafts, "rules": ["exact", "sample-and-match"]}
         elif op == "load":
             engine.load(req)
