@@ -74,7 +74,14 @@ const Generation& CheckContext::main() {
   if (main_) return *main_;
   if (main_error_) throw std::runtime_error("the target's main run did not complete (see " + *main_error_ + ")");
   main_error_ = row_ ? row_->name : std::string("the first check");  // if the run throws, later checks point here
-  main_ = target.generate(opts.prompt, opts.tokens, greedy());
+  if (!target.rows_unsupported().empty() && target.speculate_unsupported("none", AcceptRule::SampleAndMatch).empty()) {
+    // A target that takes whole requests only: its own plain greedy loop (speculate with no drafts).
+    SamplingSettings greedy_settings;
+    greedy_settings.temperature = 0;
+    main_ = target.seeded(opts.prompt, opts.tokens, greedy_settings, 0);
+  } else {
+    main_ = target.generate(opts.prompt, opts.tokens, greedy());
+  }
   main_error_.reset();
   return *main_;
 }
@@ -214,7 +221,10 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
                std::to_string(ctx.target.max_rows()) + " (its hello's max_rows)";
     return true;
   }
-  if (!def.is(Tag::Sampler) && !(def.ops == Ops{Op::Generate}) && !ctx.target.rows_unsupported().empty()) {
+  // A target that takes whole requests only runs the rows of its whole-request operations: generate, and
+  // speculate (whose plain greedy run is then the target's own, CheckContext::main).
+  if (!def.is(Tag::Sampler) && !(def.ops == Ops{Op::Generate}) && !(def.ops == Ops{Op::Speculate}) &&
+      !ctx.target.rows_unsupported().empty()) {
     r.status = Status::Skipped;
     r.detail = "skipped: " + ctx.target.rows_unsupported();
     return true;

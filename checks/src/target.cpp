@@ -43,7 +43,7 @@ RowServing& DecodeTarget::serving() {
 
 int DecodeTarget::set_threads(int) { throw std::logic_error(unsupported(Op::Threads)); }
 std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(unsupported(Op::Generate)); }
-SpeculativeRun DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(unsupported(Op::Speculate)); }
+SpeculativeAnswer DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(unsupported(Op::Speculate)); }
 std::string DecodeTarget::speculate_unsupported(const std::string&, AcceptRule) const { return unsupported(Op::Speculate); }
 Generation DecodeTarget::seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) {
   return generate(prompt, n, tinygpt::sampler(s, make_generator(prompt.device(), seed)));
@@ -66,7 +66,7 @@ class NoDrafter final : public Drafter {
 };
 }  // namespace
 
-SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
+SpeculativeAnswer ModelTarget::speculate(const SpeculativeRequest& r) {
   // One decoder and one drafter per kind, kept between requests: many draws from one prompt start from a
   // copy of its entries (SpeculativeDecoder and ModelDrafter keep the last prompt's).
   if (std::find(draft_kinds().begin(), draft_kinds().end(), r.draft) == draft_kinds().end())
@@ -84,7 +84,7 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
                                                         variant_->kernels);
   if (r.draft == "replay") {  // its ids are the request's: a drafter of its own
     ReplayDrafter replay(r.replay, model_->config().vocab_size, r.replay_shift, r.replay_period);
-    return speculative_->run(r.prompt, r.n, replay, r.settings, r.then_plain);
+    return {speculative_->run(r.prompt, r.n, replay, r.settings, r.then_plain), {}};
   }
   const std::string key = is_model ? "model@" + std::to_string(reinterpret_cast<uintptr_t>(r.draft_model.get())) : r.draft;
   std::unique_ptr<Drafter>& drafter = drafters_[key];
@@ -97,7 +97,7 @@ SpeculativeRun ModelTarget::speculate(const SpeculativeRequest& r) {
     else if (r.draft == "ngram") drafter = std::make_unique<NgramDrafter>();
     else drafter = std::make_unique<ModelDrafter>(r.draft_model, false, variant_->kernels);
   }
-  return speculative_->run(r.prompt, r.n, *drafter, r.settings, r.then_plain);
+  return {speculative_->run(r.prompt, r.n, *drafter, r.settings, r.then_plain), {}};
 }
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)

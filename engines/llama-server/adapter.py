@@ -23,7 +23,10 @@ No prompt is ever tokenized, so the vocabulary only names what the server prints
 several while the other slots decode (chunked prefill). Each slot holds `context + 1` cells.
 Planted faults for the tests, TINYGPT_ENGINE_FAULT=probs-one-step-late: the log-probabilities of each
 step reported with the next (a streaming client that pairs chunk i's ids with chunk i + 1's probabilities);
-shift-unreported: the server's context shifts left out of the answer (a client that never looks).
+shift-unreported: the server's context shifts left out of the answer (a client that never looks);
+spec-counts-swapped: speculate's drafted and accepted counts read the wrong way round; spec-penalty-to-plain-only:
+the repetition penalty sent with plain requests and not with speculative ones (a setting that reaches one side).
+`speculate` (protocol 3) is the server's own speculative decoding (class Speculation).
 """
 import argparse
 import http.client
@@ -45,7 +48,7 @@ from serve import serve  # noqa: E402
 FAULTS = set(filter(None, os.environ.get("TINYGPT_ENGINE_FAULT", "").split(",")))
 # What llama-server logs when a slot shifts: "... id  0 | task 3 | slot context shift, n_keep = 4, n_left = 251, n_discard = 125"
 SHIFT_LINE = re.compile(r"id\s+(\d+) \| task -?\d+ \| slot context shift, n_keep = (\d+), n_left = (\d+), n_discard = (\d+)")
-KNOWN_FAULTS = {"probs-one-step-late", "shift-unreported"}
+KNOWN_FAULTS = {"probs-one-step-late", "shift-unreported", "spec-counts-swapped", "spec-penalty-to-plain-only"}
 
 
 def with_vocabulary(src, dst):
@@ -95,21 +98,27 @@ class Server:
     def __init__(self, args):
         self.args, self.proc, self.port, self.dir, self.context = args, None, None, None, None
 
-    def start(self, checkpoint, context):
+    def start(self, checkpoint, context, extra=(), draft=None, slots=None):
+        """The server on `checkpoint` (our GGUF; the vocabulary added), with `extra` arguments; `draft`: a
+        draft model's GGUF, given the vocabulary too and passed where `extra` names it as "{draft}"."""
         self.stop()
         self.dir = tempfile.mkdtemp(prefix="tinygpt-llama-server-")
         model = os.path.join(self.dir, "model.gguf")
         arch = with_vocabulary(checkpoint, model)
+        if draft is not None:
+            with_vocabulary(draft, os.path.join(self.dir, "draft.gguf"))
+        extra = [os.path.join(self.dir, "draft.gguf") if a == "{draft}" else a for a in extra]
+        slots = slots or self.args.parallel
         self.context, self.port = context, free_port()
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         # F32 K and V and flash attention off (llama.cpp's exact settings for our model, docs/engines.md); one
         # thread (ggml's threads spin on shared cores); each slot context + 1 cells (SPEC 4's window).
         cmd = ["/usr/bin/llama-server", "-m", model, "--host", "127.0.0.1", "--port", str(self.port),
-               "-np", str(self.args.parallel), "-c", str(self.args.parallel * (context + 1)), "-t", "1", "-tb", "1",
+               "-np", str(slots), "-c", str(slots * (context + 1)), "-t", "1", "-tb", "1",
                "-fa", "off", "-ctk", "f32", "-ctv", "f32", "--no-webui", "-b", str(self.args.batch), "-ub", str(self.args.batch),
                "--cache-prompt" if self.args.cache_prompt == "on" else "--no-cache-prompt", "--no-warmup",
                "--slot-save-path", self.dir,  # the slot actions (erase, for reset) need it set
-               "--context-shift"]  # a request past its slot's window shifts (what it did is read from the log)
+               "--context-shift"] + list(extra)  # a request past its slot's window shifts (read from the log)
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -250,16 +259,104 @@ class Server:
         return results
 
 
+class Speculation:
+    """Op `speculate` through llama-server's own speculative decoding, which is set when the server starts:
+    a server of one slot per configuration (the draft, k, the draft sampling), started on first use and
+    kept until another is asked for. Drafts: `none` (the main server, no speculation), `model` (the
+    request's draft GGUF: --spec-type draft-simple -md, --spec-draft-n-max k, n-min 0, p-min 0, its cache
+    F32), `self` (the target drafting for itself the same way), `ngram` (--ngram: ngram-simple or
+    ngram-map-k, a lookup of 2 ids and drafts of k). Rules: llama.cpp's greedy draft sampling verifies by
+    sampling the target at each position and keeping the matches (sample-and-match); its probabilistic
+    draft sampling by rejection sampling (the exact rule); at temperature 0 both are greedy; prompt lookup
+    drafts greedily only. The request's sampler goes as llama.cpp's chain in SPEC 6's order (penalties over
+    the whole sequence, temperature, top-k, top-p; min-p off). The server gives each id's top-N
+    log-probabilities (n_probs), no logits, and its counts (timings.draft_n, draft_n_accepted), not its
+    rounds; a stop id or plain steps after the run are refused (its stops are strings)."""
+
+    def __init__(self, args, main_server):
+        self.args, self.main, self.server, self.config = args, main_server, None, None
+
+    def stop(self):
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.config = None, None
+
+    def server_for(self, req, checkpoint, context):
+        kind, k = req["draft"], int(req["k"])
+        if kind == "none":
+            return self.main
+        sampled = float(req["temperature"]) > 0
+        if kind == "ngram":
+            if sampled and req["rule"] != "sample-and-match":
+                raise ValueError("llama-server's prompt lookup drafts greedily: sample-and-match only at a positive temperature")
+            size = self.args.ngram.replace("ngram-", "").replace("-", "")  # simple, mapk
+            extra = ["--spec-type", self.args.ngram, "--spec-ngram-%s-size-n" % {"simple": "simple", "mapk": "map-k"}[size], "2",
+                     "--spec-ngram-%s-size-m" % {"simple": "simple", "mapk": "map-k"}[size], str(k)]
+            draft = None
+        else:
+            how = "probabilistic" if sampled and req["rule"] == "exact" else "greedy"
+            draft = checkpoint if kind == "self" else req.get("draft_model")
+            if not isinstance(draft, str):
+                raise ValueError("the draft 'model' needs \"draft_model\": the path of a GGUF")
+            extra = ["--spec-type", "draft-simple", "-md", "{draft}", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+                     "--spec-draft-p-min", "0", "--spec-draft-sampling", how, "-ctkd", "f32", "-ctvd", "f32"]
+        config = (tuple(extra), draft)
+        if config != self.config:
+            self.stop()
+            self.server = Server(self.args)
+            self.server.start(checkpoint, context, extra=extra, draft=draft, slots=1)
+            self.config = config
+        return self.server
+
+    def run(self, req, checkpoint, context):
+        if req.get("stop") or int(req.get("then", 0)):
+            raise ValueError("llama-server's speculate takes no stop ids and no plain steps after the run")
+        server = self.server_for(req, checkpoint, context)
+        if server is self.main:
+            server.erase_slots()
+        body = {"prompt": [int(i) for i in req["ids"]], "n_predict": int(req["n"]), "temperature": float(req["temperature"]),
+                "top_k": int(req["top_k"]), "top_p": float(req["top_p"]), "min_p": 0.0, "repeat_penalty": float(req["penalty"]),
+                "repeat_last_n": len(req["ids"]) + int(req["n"]), "samplers": ["penalties", "temperature", "top_k", "top_p"], "seed": int(req.get("seed", 0)),
+                "n_probs": self.args.n_probs, "post_sampling_probs": False, "cache_prompt": False, "ignore_eos": True,
+                "return_tokens": True}
+        if "spec-penalty-to-plain-only" in FAULTS and server is not self.main:  # planted: the speculative request loses it
+            body["repeat_penalty"] = 1.0
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        c.request("POST", "/completion", json.dumps(body), {"Content-Type": "application/json"})
+        r = c.getresponse()
+        raw = r.read()
+        c.close()
+        if r.status != 200:
+            raise RuntimeError("llama-server answered %d: %s" % (r.status, raw[:300]))
+        a = json.loads(raw)
+        probs = a.get("completion_probabilities", [])
+        ids = [int(p["id"]) for p in probs] if probs else [int(t) for t in a.get("tokens", [])]
+        top = [[[int(t["id"]), float(t["logprob"])] for t in p["top_logprobs"]] for p in probs]
+        t = a.get("timings", {})
+        drafted, accepted = int(t.get("draft_n", 0)), int(t.get("draft_n_accepted", 0))
+        if "spec-counts-swapped" in FAULTS:  # planted: the server's counts read the wrong way round
+            drafted, accepted = accepted, drafted
+        out = {"ids": ids, "drafted": drafted, "accepted": accepted,
+               "decode_s": (float(t.get("prompt_ms", 0)) + float(t.get("predicted_ms", 0))) / 1000.0}
+        if self.args.n_probs > 0:  # --n-probs 0: ids alone (the rows judge them without log-probabilities)
+            out["top"] = top
+        return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--parallel", type=int, default=4, help="server slots (-np)")
     ap.add_argument("--cache-prompt", choices=("on", "off"), default="on", help="reuse a slot's cached prompt prefix")
     ap.add_argument("--n-probs", type=int, default=10, help="top log-probabilities per step")
     ap.add_argument("--batch", type=int, default=64, help="tokens per forward (-b and -ub)")
+    ap.add_argument("--ngram", choices=("ngram-simple", "ngram-map-k"), default="ngram-simple",
+                    help="speculate: the n-gram speculative type the draft kind ngram runs")
     args = ap.parse_args()
     if FAULTS - KNOWN_FAULTS:
         sys.exit("llama-server adapter: unknown TINYGPT_ENGINE_FAULT %r" % sorted(FAULTS - KNOWN_FAULTS))
     server = Server(args)
+    speculation = Speculation(args, server)
+    loaded = {}
     # The package's version ("1:0.7.0+dfsg-2"): llama-server --version prints a build number, not the release.
     got = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "llama.cpp-tools"], capture_output=True, text=True).stdout
     version = got.split(":")[-1].split("+")[0] or "(version unknown)"
@@ -272,12 +369,15 @@ def main():
             out = {"ok": True, "name": name, "formats": ["gguf"], "sampler": False, "rows": False,
                    "deviations": ["gelu-tanh", "rope-angle-recurrence"]}
             if int(req.get("protocol", 1)) >= 3:
-                out["protocol"], out["operations"] = 3, ["generate", "generate-shift"]
+                out["protocol"], out["operations"] = 3, ["generate", "generate-shift", "speculate"]
+                out["speculate"] = {"drafts": ["none", "self", "model", "ngram"], "rules": ["exact", "sample-and-match"]}
             return out
         if op == "load":
             if req.get("format") != "gguf":
                 raise ValueError("llama-server loads format gguf only")
             arch = server.start(req["checkpoint"], int(req["config"]["context"]))
+            speculation.stop()
+            loaded.update(checkpoint=req["checkpoint"], context=int(req["config"]["context"]))
             # llama.cpp's GELU (ggml_gelu) is in its gptneox and gemma2 graphs only: the deviations of this model
             return {"ok": True, "deviations": (["gelu-tanh"] if arch in ("gptneox", "gemma2") else []) + ["rope-angle-recurrence"]}
         if op == "reset":
@@ -285,11 +385,16 @@ def main():
             return {"ok": True}
         if op == "generate":
             return {"ok": True, "results": server.generate(req["requests"])}
+        if op == "speculate":
+            if not loaded:
+                raise ValueError("no model loaded")
+            return dict(ok=True, **speculation.run(req, loaded["checkpoint"], loaded["context"]))
         return {"ok": False, "error": "llama-server takes whole requests (generate), not %r" % op}
 
     try:
         serve(handle)
     finally:
+        speculation.stop()
         server.stop()
 
 

@@ -52,7 +52,7 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
   // Both targets' second instances, mirrored the same way (their comparisons count in this tally).
   std::unique_ptr<DecodeTarget> second_instance() const override;
   // Speculative runs go to the judged engine alone: its own loop, not requests the baseline can mirror.
-  SpeculativeRun speculate(const SpeculativeRequest& r) override { return main_->speculate(r); }
+  SpeculativeAnswer speculate(const SpeculativeRequest& r) override { return main_->speculate(r); }
   std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override {
     return main_->speculate_unsupported(draft, rule);
   }

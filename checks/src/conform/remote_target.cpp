@@ -236,7 +236,7 @@ std::string RemoteTarget::speculate_unsupported(const std::string& draft, Accept
   return "";
 }
 
-SpeculativeRun RemoteTarget::speculate(const SpeculativeRequest& q) {
+SpeculativeAnswer RemoteTarget::speculate(const SpeculativeRequest& q) {
   const std::string why = speculate_unsupported(q.draft, q.settings.rule);
   if (!why.empty()) throw std::logic_error(why);
   const SpeculativeSettings& s = q.settings;
@@ -265,16 +265,16 @@ Generation RemoteTarget::seeded(const at::Tensor& prompt, int64_t n, const Sampl
   q.settings.rule = AcceptRule::SampleAndMatch;
   q.settings.sampling = s;
   q.settings.seed = seed;
-  const SpeculativeRun run = speculate(q);
+  const SpeculativeAnswer run = speculate(q);
   if (static_cast<int64_t>(run.ids.size()) != n)
     throw WrongAnswer("'speculate' with no drafts answered " + std::to_string(run.ids.size()) + " ids for " + std::to_string(n));
   Generation g;
   g.seq = at::cat({p, at::tensor(run.ids, at::kLong).unsqueeze(0)}, 1).to(prompt.device());  // (1, T0 + n)
-  g.logits = run.logits.unsqueeze(0);                                                          // (1, n, V)
+  if (run.logits.defined()) g.logits = run.logits.unsqueeze(0);                               // (1, n, V)
   return g;
 }
 
-SpeculativeRun answer_speculated(const json& a, const SpeculativeRequest& q, int64_t V) {
+SpeculativeAnswer answer_speculated(const json& a, const SpeculativeRequest& q, int64_t V) {
   auto ids_of = [&](const char* field, size_t most, bool exact) {
     const json& l = a.contains(field) ? a[field] : json();
     if (!l.is_array()) throw WrongAnswer(std::string("'speculate' answered without \"") + field + "\", a list of ids");
@@ -297,11 +297,31 @@ SpeculativeRun answer_speculated(const json& a, const SpeculativeRequest& q, int
       throw WrongAnswer(std::string("'speculate' answered without \"") + field + "\", a count >= 0");
     return a[field].get<int64_t>();
   };
-  SpeculativeRun run;
+  SpeculativeAnswer run;
   run.ids = ids_of("ids", static_cast<size_t>(q.n), q.settings.stop.empty());
   if (run.ids.empty()) throw WrongAnswer("'speculate' answered no ids");
-  run.logits = answer_logits(a, static_cast<int64_t>(run.ids.size()), V, "speculate");  // (m, V)
-  run.rounds = count("rounds"), run.drafted = count("drafted"), run.accepted = count("accepted");
+  const size_t m = run.ids.size();
+  if (a.contains("logits")) {
+    run.logits = answer_logits(a, static_cast<int64_t>(m), V, "speculate");  // (m, V)
+  } else if (a.contains("top")) {  // top-N log-probabilities per id, where the engine gives no more
+    if (!a["top"].is_array() || a["top"].size() != m)
+      throw WrongAnswer("'speculate' answered \"top\" that is not one list per id (" + std::to_string(m) + ")");
+    for (const json& step : a["top"]) {
+      if (!step.is_array() || step.empty())
+        throw WrongAnswer("'speculate' answered id " + std::to_string(run.top.size()) + " of " + std::to_string(m) +
+                          " without top log-probabilities (an empty list)");
+      std::vector<std::pair<int64_t, double>> entries;
+      for (const json& e : step) {
+        if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || e[0].get<int64_t>() < 0 || e[0].get<int64_t>() >= V ||
+            !e[1].is_number() || !std::isfinite(e[1].get<double>()) || e[1].get<double>() > 1e-3)
+          throw WrongAnswer("'speculate' answered a top entry that is not [id, log-probability]: " + engine_json(e));
+        entries.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
+      }
+      run.top.push_back(std::move(entries));
+    }
+  }
+  // The engine's counts; "rounds" where it can say (0: it does not).
+  run.rounds = a.contains("rounds") ? count("rounds") : 0, run.drafted = count("drafted"), run.accepted = count("accepted");
   if (run.accepted > run.drafted)
     throw WrongAnswer("'speculate' answered " + std::to_string(run.accepted) + " drafts accepted of " + std::to_string(run.drafted));
   if (a.contains("accepted_per_round")) {

@@ -53,8 +53,9 @@ std::vector<std::vector<int64_t>> answer_sample_ids(const nlohmann::json& answer
 std::vector<ServedResult> answer_served(const nlohmann::json& answer, const std::vector<ServedRequest>& requests, int64_t vocab);
 // Throws EngineUnusable when hello's fields have the wrong types or name a protocol outside 1 to kProtocol.
 // A 'speculate' answer, each field of the type and size docs/protocol.md gives it: ids (exactly n
-// unless a stop id ended them), their logits, the counts, and the plain steps after them.
-SpeculativeRun answer_speculated(const nlohmann::json& answer, const SpeculativeRequest& request, int64_t vocab);
+// unless a stop id ended them), their logits (or their top-N log-probabilities), the counts, and the
+// plain steps after them.
+SpeculativeAnswer answer_speculated(const nlohmann::json& answer, const SpeculativeRequest& request, int64_t vocab);
 void check_hello(const nlohmann::json& hello);
 
 class RemoteTarget final : public DecodeTarget, public RowServing {
@@ -92,7 +93,7 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   std::string rows_unsupported() const override;
   // Op "speculate": the engine's own draft-and-verify decoding (hello's "speculate" lists the draft
   // kinds and acceptance rules it offers). A "model" draft goes as a file the writer set below makes.
-  SpeculativeRun speculate(const SpeculativeRequest& request) override;
+  SpeculativeAnswer speculate(const SpeculativeRequest& request) override;
   std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override;
   Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) override;
   // Writes a draft model in the engine's format and returns the path the engine loads (called once per

@@ -124,13 +124,52 @@ at::Tensor band_for(CheckContext& c, const std::vector<int64_t>& seq, int64_t T0
 // A run's new logits (and those of the plain steps after it) against the banded reference over its own
 // sequence (prompt + ids + then_ids), judged by the bound in force (judge.h: --max-kl / --min-top1 when
 // set): "" when within it, else why not. The row's statistics keep the largest |diff| and the bound.
-std::string off_reference(CheckContext& c, CheckResult& r, const std::vector<int64_t>& prompt, const SpeculativeRun& run) {
+// An engine's top-N log-probabilities for the ids of `seq` after its first T0 (top[i]: what id i was chosen
+// from) against our reference's log-softmax over the same sequence: each within twice the logit bound
+// (log-softmax moves at most twice the largest logit difference) and ranked among our top N, as `served`
+// judges them. "" when within it, else where not; the row's statistics keep the largest |diff|.
+std::string off_reference_top(CheckContext& c, CheckResult& r, const std::vector<int64_t>& seq, int64_t T0, const TopLogProbs& top) {
+  const int64_t m = static_cast<int64_t>(top.size());
+  const at::Tensor lp = band_for(c, seq, T0, m)[0].to(at::kCPU, at::kDouble).log_softmax(-1);  // (m, V)
+  const double pair = 2 * c.tol().logits;
+  r.bound = "top-N log-probabilities within " + sci(pair) + " (twice the logit bound) and among our top N";
+  double worst = r.stats.count("max_abs_diff") ? r.stats["max_abs_diff"] : 0.0;
+  std::string why;
+  for (int64_t i = 0; i < m && why.empty(); ++i) {
+    const auto& entries = top[static_cast<size_t>(i)];
+    const at::Tensor sorted = std::get<0>(lp[i].sort(-1, /*descending=*/true));
+    const double nth = sorted[std::min<int64_t>(static_cast<int64_t>(entries.size()), lp.size(1)) - 1].item<double>();
+    for (const auto& [id, got] : entries) {
+      const double want = lp[i][id].item<double>(), diff = std::abs(got - want);
+      worst = std::max(worst, diff);
+      if (diff <= pair && want >= nth - pair) continue;
+      r.stats["first_over"] = static_cast<double>(T0 - 1 + i);
+      why = "position " + std::to_string(T0 - 1 + i) + ", id " + std::to_string(id) + ": " +
+            (diff > pair ? "log-probability " + sci(got) + " against ours over the same sequence " + sci(want) + " (|diff| " + sci(diff) +
+                               " > " + sci(pair) + ")"
+                         : "listed among the target's top " + std::to_string(entries.size()) + " but ranked below ours (log p " + sci(want) +
+                               " < " + sci(nth) + ")") +
+            " (" + std::to_string(m) + " new ids' top-N log-probabilities against our reference)";
+      break;
+    }
+  }
+  r.stats["max_abs_diff"] = worst;
+  return why;
+}
+
+std::string off_reference(CheckContext& c, CheckResult& r, const std::vector<int64_t>& prompt, const SpeculativeAnswer& run) {
   std::vector<int64_t> seq = prompt;
   seq.insert(seq.end(), run.ids.begin(), run.ids.end());
   seq.insert(seq.end(), run.then_ids.begin(), run.then_ids.end());
+  const int64_t T0 = static_cast<int64_t>(prompt.size());
+  if (!run.logits.defined() && run.top.empty()) {  // the target answers ids alone: they are the verdict
+    r.stats["ids_only"] = 1;
+    return "";
+  }
+  if (!run.logits.defined()) return off_reference_top(c, r, seq, T0, run.top);
   at::Tensor got = run.logits;  // (m, V)
   if (run.then_logits.defined()) got = at::cat({got, run.then_logits}, 0);
-  const int64_t m = got.size(0), T0 = static_cast<int64_t>(prompt.size());
+  const int64_t m = got.size(0);
   const at::Tensor band = band_for(c, seq, T0, m);  // (1, m, V)
   const StepDiffs d = compare_steps(got.unsqueeze(0).to(band.device()), band, T0 - 1, c.tol().logits);
   const Verdict v = judge(d, c.tol());
@@ -165,7 +204,7 @@ std::string ids_text(const std::vector<int64_t>& v, size_t from, size_t n) {
 }
 
 // The target's run of `q`, a wrong answer to it named by the run (`what`): a row makes several.
-SpeculativeRun speculate(CheckContext& c, const SpeculativeRequest& q, const std::string& what) {
+SpeculativeAnswer speculate(CheckContext& c, const SpeculativeRequest& q, const std::string& what) {
   try {
     return c.target.speculate(q);
   } catch (const CheckFailure& e) {
@@ -223,17 +262,18 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
     if (g.wrong_every) q.replay_shift = 1, q.replay_period = g.wrong_every;
     const std::string label = run_label(g);
     const std::string what = label + " draft at k = " + std::to_string(k);
-    const SpeculativeRun run = speculate(c, q, what);
+    const SpeculativeAnswer run = speculate(c, q, what);
     ++runs;
     ran += (ran.empty() ? "" : ", ") + what + (g.whole ? " over the whole run" : "");
     const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
     const size_t at = parting(run.ids, plain);
     const bool parted = at < plain.size() || run.ids.size() != plain.size();
     // The logits up to the parting (its own position too: the sequence before it is the same), by the bound in force.
-    SpeculativeRun judged = run;
+    SpeculativeAnswer judged = run;
     const int64_t m = std::min<int64_t>(static_cast<int64_t>(at) + 1, static_cast<int64_t>(run.ids.size()));
     judged.ids.resize(static_cast<size_t>(m));
-    judged.logits = run.logits.narrow(0, 0, m);
+    if (run.logits.defined()) judged.logits = run.logits.narrow(0, 0, m);
+    else if (!run.top.empty()) judged.top.resize(static_cast<size_t>(m));
     const std::string off = off_reference(c, r, prompt, judged);
     if (!off.empty()) {
       set_result(r, false, what + ": the verify step's logits are not a one-token step's: " + off);
@@ -283,9 +323,11 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
   }
   if (runs == 0) return skip(r, skipped.substr(2));
   r.figure = r.stats["max_abs_diff"];
+  const std::string judged = r.stats.count("ids_only") ? std::string("the target answers ids alone: ids judged, no logits")
+                                                       : "every new id's logits within " + sci(c.tol().logits) + " of the reference (worst " +
+                                                             sci(r.stats["max_abs_diff"]) + ")";
   set_result(r, true, std::to_string(runs) + " speculative runs (" + ran + "; the runs not over the whole run to " +
-                          std::to_string(kShortPast) + " past the window), each plain greedy id for id, every new id's logits within " +
-                          sci(c.tol().logits) + " of the reference (worst " + sci(r.stats["max_abs_diff"]) + "); accepted at k = " +
+                          std::to_string(kShortPast) + " past the window), each plain greedy id for id, " + judged + "; accepted at k = " +
                           std::to_string(kMainK) + ": " + summary + skipped);
 }
 
@@ -316,10 +358,11 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
   double worst = 0;
   std::string summary;
   int64_t drafted = 0;
+  bool top_only = false;
   for (const char* draft : drafts) {
     SpeculativeRequest q = request(c, draft, n, s);
     if (q.draft == "replay") q.replay = all;  // the plain seeded run: always right
-    const SpeculativeRun run = speculate(c, q, std::string(draft) + " draft, sample-and-match");
+    const SpeculativeAnswer run = speculate(c, q, std::string(draft) + " draft, sample-and-match");
     const size_t at = parting(run.ids, want);
     if (at < want.size() || run.ids.size() != want.size()) {
       set_result(r, false, std::string(draft) + " draft, sample-and-match, seed " + std::to_string(s.seed) +
@@ -328,8 +371,9 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
       r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
       return;
     }
-    const std::string off = off_plain(run.logits, plain.logits.select(0, 0), c.tol().self, worst);
-    if (!off.empty()) {
+    if (!run.logits.defined() || !plain.logits.defined()) {
+      top_only = true;  // an engine that gives top-N log-probabilities only: its ids are the verdict
+    } else if (const std::string off = off_plain(run.logits, plain.logits.select(0, 0), c.tol().self, worst); !off.empty()) {
       set_result(r, false, std::string(draft) + " draft, sample-and-match: " + off);
       return;
     }
@@ -342,13 +386,16 @@ void spec_seeded_check(CheckContext& c, CheckResult& r) {
   r.figure = worst;
   set_result(r, true, "sample-and-match at " + s.sampling.to_string() + ", seed " + std::to_string(s.seed) + ", k = " +
                           std::to_string(kSeededK) + ": " + std::to_string(n) + " ids equal to plain seeded decoding's for each draft (" +
-                          summary + " drafts accepted); each id's logits within " + sci(c.tol().self) + " of the plain run's (worst " +
-                          sci(worst) + ")" + left_out);
+                          summary + " drafts accepted); " +
+                          (top_only ? std::string("the target answers no logits: its ids are the verdict")
+                                    : "each id's logits within " + sci(c.tol().self) + " of the plain run's (worst " + sci(worst) + ")") +
+                          left_out);
 }
 
 // --- spec-stops ---
 
 void spec_stops_check(CheckContext& c, CheckResult& r) {
+  if (const std::string why = lacks(c, "replay"); !why.empty()) return skip(r, why + " (blocks accepted whole where the row puts its stop)");
   const Generation& main = c.main();
   const std::vector<int64_t> prompt = prompt_of(c);
   const int64_t T0 = static_cast<int64_t>(prompt.size());
@@ -363,7 +410,6 @@ void spec_stops_check(CheckContext& c, CheckResult& r) {
           (at + 1) % static_cast<size_t>(kStopK + 1) == 0))
     ++at;
   if (at >= std::min<size_t>(plain.size(), kStopK)) at = 0;
-  if (const std::string why = lacks(c, "replay"); !why.empty()) return skip(r, why + " (blocks accepted whole where the row puts its stop)");
   const int64_t then = std::min<int64_t>(kThenPlain, c.opts.tokens - static_cast<int64_t>(std::max<size_t>(at + 1, kBudget)));
   if (static_cast<int64_t>(plain.size()) < kBudget || then < 1) {
     r.status = Status::Skipped;
@@ -442,7 +488,7 @@ void spec_cache_check(CheckContext& c, CheckResult& r) {
   const int64_t then = std::min<int64_t>(kThenPlain, total - 1), n = total - then;
   SpeculativeRequest q = request(c, "replay", n, greedy_settings(kCacheK), then);
   q.replay_shift = 1;  // every id moved by one: never right
-  const SpeculativeRun run = c.target.speculate(q);
+  const SpeculativeAnswer run = c.target.speculate(q);
   r.stats["acceptance_never_right"] = run.acceptance();
   if (!c.tol().by_distribution() && run.accepted != 0) {
     set_result(r, false, std::to_string(run.accepted) + " drafts accepted of a draft that is never the argmax");
@@ -612,6 +658,9 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
     drafted += run.drafted, accepted += run.accepted;
     if (!run.accepted_per_round.empty() && run.accepted_per_round[0] == 0) ++rejected, ++orej[run.ids[0]];
   }
+  if (drafted == 0)  // plain sampling's distribution, nothing speculative judged
+    return skip(r, "the target drafted nothing in " + std::to_string(N) + " runs of two ids (" + draft +
+                       " draft, exact rule at " + s.sampling.to_string() + "): its draws are plain sampling's, no round to judge");
   std::vector<ChiSquare> tests;
   std::map<int64_t, double> e1n;
   for (const auto& [x, p] : e1) e1n[x] = p * static_cast<double>(N);

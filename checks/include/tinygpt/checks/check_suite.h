@@ -189,7 +189,8 @@ class CheckContext {
   EquivalenceResult& out;
 
   const Reference& ref();
-  // The target's greedy run from opts.prompt, opts.tokens long. Throws when it could not be made
+  // The target's greedy run from opts.prompt, opts.tokens long (a target that takes whole requests only:
+  // its own plain run through speculate, logits undefined where it gives top-N only). Throws when it could not be made
   // (the first check that asked for it carries the reason; later ones say "see <that check>").
   const Generation& main();
   // The references over the main run's own sequence (the shared ones when it equals the uncached run).

@@ -83,6 +83,15 @@ struct SpeculativeRequest {
 // The draft kinds a request may name.
 const std::vector<std::string>& draft_kinds();
 
+// Per emitted id, the top-N (id, log-probability) an engine gives where it gives no logits (llama-server's
+// n_probs).
+using TopLogProbs = std::vector<std::vector<std::pair<int64_t, double>>>;
+// A target's speculative run: the run, and where the target answered no logits (`logits` undefined),
+// each id's top-N log-probabilities instead.
+struct SpeculativeAnswer : SpeculativeRun {
+  TopLogProbs top;
+};
+
 // What a serving engine does to its cache, on rows of a running batch by id (docs/protocol.md,
 // protocol 2). A target that has rows returns this from DecodeTarget::row_serving(); which of the
 // operations it offers is DecodeTarget::unsupported(Op)'s to say, and a row asks before it calls.
@@ -180,14 +189,14 @@ class DecodeTarget {
   virtual std::unique_ptr<DecodeTarget> second_instance() const { return nullptr; }
   // A sequence decoded speculatively (op "speculate"): the ids, the logits each was chosen from and the
   // acceptance counts. std::logic_error where speculate_unsupported says why not.
-  virtual SpeculativeRun speculate(const SpeculativeRequest& request);
+  virtual SpeculativeAnswer speculate(const SpeculativeRequest& request);
   // "" when the target decodes with this draft kind and acceptance rule; else why not (a row then leaves
   // that run out, saying so). The default: unsupported(Op::Speculate), every kind and rule offered.
   virtual std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const;
   // Plain decoding with the target's own sampler drawing from its own generator seeded with `seed`: what
   // seeded sample-and-match speculation must equal draw for draw. prompt (1, T0) -> n new ids. The
   // default is generate() with our sampler (the target samples as we do); an engine answers it with its
-  // own loop ('speculate' with the draft "none").
+  // own loop ('speculate' with the draft "none"), its logits undefined where it gives top-N only.
   virtual Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed);
 };
 
@@ -228,7 +237,7 @@ class ModelTarget final : public DecodeTarget, public RowServing {
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;  // RowBatch::shift
   std::unique_ptr<DecodeTarget> second_instance() const override;      // a ModelTarget of its own
   // speculative.h's decoder over a cache of this variant, the variant's SpeculativeRules.
-  SpeculativeRun speculate(const SpeculativeRequest& request) override;
+  SpeculativeAnswer speculate(const SpeculativeRequest& request) override;
 
  private:
   RowBatch& rows();
