@@ -286,9 +286,10 @@ std::string SpecEngineReport::format() const {
   s << "engine: " << engine << " (batch 1, " << tokens << " greedy ids from a 3-id prompt, timed by the engine)\n";
   s << "draft   k  plain tok/s  speculative tok/s  speedup  accepted  ids/round  lossless\n";
   for (const auto& r : rows) {
-    char b[200];
-    std::snprintf(b, sizeof b, "%-6s %2lld %12.0f %18.0f %7.2fx %8.0f%% %10.2f  %s\n", r.draft.c_str(), static_cast<long long>(r.k),
-                  r.plain_tok_s, r.spec_tok_s, r.speedup(), 100 * r.acceptance, r.mean_accepted_length, r.lossless ? "yes" : "NO");
+    char b[200], len[16] = "-";  // ids per round: "-" where the engine does not count its rounds
+    if (r.mean_accepted_length > 0) std::snprintf(len, sizeof len, "%.2f", r.mean_accepted_length);
+    std::snprintf(b, sizeof b, "%-6s %2lld %12.0f %18.0f %7.2fx %8.0f%% %10s  %s\n", r.draft.c_str(), static_cast<long long>(r.k),
+                  r.plain_tok_s, r.spec_tok_s, r.speedup(), 100 * r.acceptance, len, r.lossless ? "yes" : "NO");
     s << b;
   }
   for (const auto& l : left_out) s << "not timed: " << l << "\n";
