@@ -265,7 +265,12 @@ Generation RemoteTarget::seeded(const at::Tensor& prompt, int64_t n, const Sampl
   q.settings.rule = AcceptRule::SampleAndMatch;
   q.settings.sampling = s;
   q.settings.seed = seed;
-  const SpeculativeAnswer run = speculate(q);
+  SpeculativeAnswer run;
+  try {
+    run = speculate(q);
+  } catch (const WrongAnswer& e) {
+    throw WrongAnswer(std::string("plain decoding (draft none): ") + e.what());
+  }
   if (static_cast<int64_t>(run.ids.size()) != n)
     throw WrongAnswer("'speculate' with no drafts answered " + std::to_string(run.ids.size()) + " ids for " + std::to_string(n));
   Generation g;

@@ -121,9 +121,6 @@ at::Tensor band_for(CheckContext& c, const std::vector<int64_t>& seq, int64_t T0
   return reference_for(c.model, at::tensor(seq, at::kLong).unsqueeze(0).to(c.opts.prompt.device()), T0, m).band;
 }
 
-// A run's new logits (and those of the plain steps after it) against the banded reference over its own
-// sequence (prompt + ids + then_ids), judged by the bound in force (judge.h: --max-kl / --min-top1 when
-// set): "" when within it, else why not. The row's statistics keep the largest |diff| and the bound.
 // An engine's top-N log-probabilities for the ids of `seq` after its first T0 (top[i]: what id i was chosen
 // from) against our reference's log-softmax over the same sequence: each within twice the logit bound
 // (log-softmax moves at most twice the largest logit difference) and ranked among our top N, as `served`
@@ -157,6 +154,11 @@ std::string off_reference_top(CheckContext& c, CheckResult& r, const std::vector
   return why;
 }
 
+// A run's new logits (and those of the plain steps after it) against the banded reference over its own
+// sequence (prompt + ids + then_ids), judged by the bound in force (judge.h: --max-kl / --min-top1 when
+// set): "" when within it, else why not. The row's statistics keep the largest |diff| and the bound. A
+// target that answers top-N log-probabilities is judged by them (off_reference_top); one that answers
+// ids alone is not judged here (its ids are; the row says so: stats "ids_only").
 std::string off_reference(CheckContext& c, CheckResult& r, const std::vector<int64_t>& prompt, const SpeculativeAnswer& run) {
   std::vector<int64_t> seq = prompt;
   seq.insert(seq.end(), run.ids.begin(), run.ids.end());
@@ -523,8 +525,12 @@ struct ChiSquare {
   std::string name;
   int64_t draws = 0, df = 0;
   double statistic = 0, critical = 0, power_sigmas = 0;  // power: (lambda + df - critical) / sd at D = kBias
+  std::vector<std::pair<int64_t, int64_t>> impossible;  // (first id, times drawn) of outcomes of probability 0
   bool ok() const { return statistic <= critical; }
 };
+
+int64_t first_id(int64_t key) { return key; }
+int64_t first_id(const std::pair<int64_t, int64_t>& key) { return key.first; }
 
 template <class Key>
 ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expected, const std::map<Key, int64_t>& observed, int64_t draws) {
@@ -544,7 +550,7 @@ ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expec
     }
   }
   for (const auto& [key, o] : observed)  // an outcome of probability 0 goes to the rest
-    if (!expected.count(key)) rest_o += static_cast<double>(o);
+    if (!expected.count(key)) rest_o += static_cast<double>(o), t.impossible.emplace_back(first_id(key), o);
   if (rest_e >= 5 || (rest_o > 0 && rest_e > 0)) {
     t.statistic += (rest_o - rest_e) * (rest_o - rest_e) / std::max(rest_e, 1e-12);
     ++cells;
@@ -672,10 +678,39 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
       if (rej_first[static_cast<size_t>(x)] > 0) er[x] = rej_first[static_cast<size_t>(x)] * static_cast<double>(rejected);
     tests.push_back(chi_square("the id after a rejected first draft", er, orej, rejected));
   }
+  // Where an id came that our probabilities rule out: its probability under each side and its rank in
+  // each model's raw scores, so a top-k / top-p edge (float arithmetic keeping or cutting one id) can be
+  // told from a wrong rule.
+  const at::Tensor q_raw = draft == "model" ? [&] {
+    GPT dm = c.opts.draft;
+    const at::Tensor ids = at::tensor(prompt, at::kLong).unsqueeze(0).to(dm->emb->weight.device());
+    return dm->forward_last(ids)[0].to(at::kCPU, at::kDouble);  // (V)
+  }() : at::Tensor();
+  const at::Tensor p_raw = [&] {
+    const at::Tensor ids = at::tensor(prompt, at::kLong).unsqueeze(0).to(c.model->emb->weight.device());
+    return c.model->forward_last(ids)[0].to(at::kCPU, at::kDouble);  // (V)
+  }();
+  auto rank_of = [](const at::Tensor& raw, int64_t x) { return (raw > raw[x]).sum().item<int64_t>() + 1; };
+  auto impossible_text = [&](const ChiSquare& t) {
+    std::string out;
+    for (const auto& [x, times] : t.impossible) {
+      char b[240];
+      std::snprintf(b, sizeof b, "id %lld drawn %lld times: our p %.3g (rank %lld)", static_cast<long long>(x), static_cast<long long>(times),
+                    p1[x].item<double>(), static_cast<long long>(rank_of(p_raw, x)));
+      out += (out.empty() ? "" : ", ") + std::string(b);
+      if (q_raw.defined()) {
+        GPT dm = c.opts.draft;
+        const at::Tensor q1 = exact_probs(dm, prompt, s.sampling);
+        std::snprintf(b, sizeof b, ", q %.3g (rank %lld)", q1[x].item<double>(), static_cast<long long>(rank_of(q_raw, x)));
+        out += b;
+      }
+    }
+    return out.empty() ? out : " [outcomes of probability 0 under ours: " + out + "]";
+  };
   std::string lines;
   bool ok = true;
   for (const auto& t : tests) {
-    lines += (lines.empty() ? "" : "; ") + chi_text(t);
+    lines += (lines.empty() ? "" : "; ") + chi_text(t) + impossible_text(t);
     ok = ok && t.ok();
     r.stats["chi2_" + std::to_string(&t - tests.data())] = t.statistic;
   }
