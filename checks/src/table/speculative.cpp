@@ -554,9 +554,9 @@ ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expec
   if (rest_e >= 5 || (rest_o > 0 && rest_e > 0)) {
     t.statistic += (rest_o - rest_e) * (rest_o - rest_e) / std::max(rest_e, 1e-12);
     ++cells;
-  } else if (rest_o > 0) {
-    t.statistic = std::numeric_limits<double>::infinity();  // drawn where the target's probability is 0
   }
+  // An outcome drawn where the probability is 0 is decisive whatever the counts: no pooling dilutes it.
+  if (!t.impossible.empty()) t.statistic = std::numeric_limits<double>::infinity();
   t.df = std::max<int64_t>(1, cells - 1);
   t.critical = chi2_critical(t.df, kZFalseAlarm);
   const double lambda = kBias * static_cast<double>(draws), df = static_cast<double>(t.df);
@@ -607,11 +607,11 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
     seq.push_back(x);
     p2[x] = exact_probs(c.model, seq, s.sampling);
   }
-  at::Tensor residual;
-  double beta = 0;  // the probability that the first draft is rejected
+  at::Tensor residual, q1;  // q1 (V): the draft's first distribution, with a draft model
+  double beta = 0;           // the probability that the first draft is rejected
   if (draft == "model") {
     GPT draft_model = c.opts.draft;
-    const at::Tensor q1 = exact_probs(draft_model, prompt, s.sampling);
+    q1 = exact_probs(draft_model, prompt, s.sampling);
     residual = (p1 - q1).clamp_min(0);
     beta = residual.sum().item<double>();
     if (beta > 0) residual = residual / beta;
@@ -673,9 +673,14 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   tests.push_back(chi_square("first id", e1n, o1, N));
   tests.push_back(chi_square("first two ids", joint_expected(static_cast<double>(N), [&](int64_t x) { return e1.at(x); }), o12, N));
   if (residual.defined() && rejected > 0) {
+    // An id whose p and q are equal but for float arithmetic (within 0.1%) may come after a rejection in an
+    // engine that computes them otherwise: it is given a share too small to count, not ruled out.
     std::map<int64_t, double> er;
-    for (int64_t x : support)
+    for (int64_t x : support) {
+      const double px = e1.at(x), qx = q1[x].item<double>();
       if (rej_first[static_cast<size_t>(x)] > 0) er[x] = rej_first[static_cast<size_t>(x)] * static_cast<double>(rejected);
+      else if (px >= 0.999 * qx) er[x] = 1e-9;
+    }
     tests.push_back(chi_square("the id after a rejected first draft", er, orej, rejected));
   }
   // Where an id came that our probabilities rule out: its probability under each side and its rank in
@@ -698,9 +703,7 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
       std::snprintf(b, sizeof b, "id %lld drawn %lld times: our p %.3g (rank %lld)", static_cast<long long>(x), static_cast<long long>(times),
                     p1[x].item<double>(), static_cast<long long>(rank_of(p_raw, x)));
       out += (out.empty() ? "" : ", ") + std::string(b);
-      if (q_raw.defined()) {
-        GPT dm = c.opts.draft;
-        const at::Tensor q1 = exact_probs(dm, prompt, s.sampling);
+      if (q_raw.defined() && q1.defined()) {
         std::snprintf(b, sizeof b, ", q %.3g (rank %lld)", q1[x].item<double>(), static_cast<long long>(rank_of(q_raw, x)));
         out += b;
       }
@@ -722,7 +725,15 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
                            " draft (" + pct(drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0) +
                            " accepted, first draft rejected in " + std::to_string(rejected) + " draws" +
                            (draft == "model" ? "" : "; no trained draft: the target's own weights, so no rejection is tested") + "): ";
-  set_result(r, ok, what + lines + (ok ? "" : " - over the critical value at a false alarm rate of 1e-6"));
+  // The output's distribution held (the first id and the first two) while the ids after a rejection are not
+  // what the draft under the request's sampler leaves: the target drafts from another distribution than the
+  // one asked for. Still exact, but not this rule with this draft (acceptance is what it costs).
+  const bool output_held = tests.size() == 3 && tests[0].ok() && tests[1].ok() && !tests[2].ok();
+  set_result(r, ok,
+             what + lines + (ok ? "" : " - over the critical value at a false alarm rate of 1e-6") +
+                 (output_held ? "; the first id and the first two are the target's distribution: the target drafts from another "
+                                "distribution than this draft under the request's sampler"
+                              : ""));
 }
 
 // --- The rows of the check table (check_table.cpp lists them) ---
