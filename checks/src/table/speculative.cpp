@@ -795,7 +795,8 @@ CheckDef spec_cache_def() {
 CheckDef spec_distribution_def() {
   return {check::kSpecDistribution,
           std::string(kExactRule) + " leaves the target's distribution as it was: the first id, the first two, and the id drawn after "
-              "a rejected draft, by chi-square against our uncached model's exact probabilities at a false alarm rate of " +
+              "a rejected draft, by chi-square against our uncached model's exact probabilities (an id drawn where that probability is nil "
+              "fails it at once) at a false alarm rate of " +
               sci(kFalseAlarm) + " each, the draws sized so a bias " + kBiasMeasure + " of " + fixed(kBias, 2) +
               " at either position is found with " + fixed(kSigmas, 0) + " sigma of power",
           spec_distribution_check, static_cast<Tags>(Tag::Deep), Judge::Law, {Op::Speculate}, Cost::Runs,
