@@ -61,8 +61,7 @@ class ModelDraft:
 
     def drop(self, n):
         if n > 0:
-            self.row["kv"] = [[K[:, :, :K.shape[2] - n], V[:, :, :V.shape[2] - n]] for K, V in self.row["kv"]]
-            self.row["pos"] -= n
+            self.host.drop_entries(self.row, n)
             self.row["ids"] = self.row["ids"][:len(self.row["ids"]) - n]
 
     def feed(self, ids):

@@ -189,8 +189,9 @@ struct EngineRun {
   int64_t rounds = 0, drafted = 0, accepted = 0;
 };
 
-EngineRun engine_speculate(checks::LoadedEngine& engine, const std::string& draft, int64_t k, int64_t n, const std::string& draft_file) {
-  nlohmann::json q = {{"op", "speculate"}, {"ids", {1, 2, 3}}, {"n", n},           {"draft", draft},  {"k", k},
+EngineRun engine_speculate(checks::LoadedEngine& engine, const std::vector<int64_t>& prompt, const std::string& draft, int64_t k, int64_t n,
+                           const std::string& draft_file) {
+  nlohmann::json q = {{"op", "speculate"}, {"ids", prompt}, {"n", n},           {"draft", draft},  {"k", k},
                       {"rule", "exact"},   {"temperature", 0}, {"top_k", 0},       {"top_p", 1.0},     {"penalty", 1.0},
                       {"seed", 0},         {"stop", nlohmann::json::array()},      {"then", 0}};
   if (draft == "model") q["draft_model"] = draft_file;
@@ -228,11 +229,16 @@ SpecEngineReport run_spec_vs_engine(checks::LoadedEngine& engine, const std::str
   if (!offers("none")) throw checks::EngineUnusable("engine '" + engine.name() + "' offers no plain decoding through 'speculate' (draft \"none\")");
   SpecEngineReport rep;
   rep.engine = engine.name(), rep.command = command, rep.tokens = o.tokens;
+  // The prompt our own bench decodes from; each timed run after a warm-up of 16 ids.
+  const std::vector<int64_t> prompt = prompts_for(1, engine.model()->config().vocab_size).front();
+  auto timed = [&](const std::string& d, int64_t k) {
+    engine_speculate(engine, prompt, d, k, 16, draft_file);
+    return engine_speculate(engine, prompt, d, k, o.tokens, draft_file);
+  };
   say("plain decoding (draft none)");
   EngineRun plain;
   try {
-    engine_speculate(engine, "none", 1, 16, draft_file);  // warm-up
-    plain = engine_speculate(engine, "none", 1, o.tokens, draft_file);
+    plain = timed("none", 1);
   } catch (const checks::EngineUnusable&) {
     throw;
   } catch (const std::runtime_error& e) {
@@ -251,8 +257,7 @@ SpecEngineReport run_spec_vs_engine(checks::LoadedEngine& engine, const std::str
       say(d + " draft, k " + std::to_string(k));
       EngineRun run;
       try {
-        engine_speculate(engine, d, k, 16, draft_file);  // warm-up
-        run = engine_speculate(engine, d, k, o.tokens, draft_file);
+        run = timed(d, k);
       } catch (const checks::EngineUnusable&) {
         throw;
       } catch (const std::runtime_error& e) {  // the cell fails; the others still run

@@ -224,6 +224,21 @@ std::vector<ServedResult> RemoteTarget::serve(const std::vector<ServedRequest>& 
   return answer_served(ok({{"op", "generate"}, {"requests", rs}}), requests, vocab_);
 }
 
+namespace {
+// One step's top-N log-probabilities, each [id in [0, V), a finite log-probability <= 0 (1e-3 of float
+// slack)]; `who` begins the wrong answer's message ("'generate' answered request 3 copy 0").
+std::vector<std::pair<int64_t, double>> top_entries(const json& step, int64_t V, const std::string& who) {
+  std::vector<std::pair<int64_t, double>> entries;
+  for (const json& e : step) {
+    if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || e[0].get<int64_t>() < 0 || e[0].get<int64_t>() >= V ||
+        !e[1].is_number() || !std::isfinite(e[1].get<double>()) || e[1].get<double>() > 1e-3)
+      throw WrongAnswer(who + " a top entry that is not [id, log-probability]: " + engine_json(e));
+    entries.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
+  }
+  return entries;
+}
+}  // namespace
+
 std::string RemoteTarget::speculate_unsupported(const std::string& draft, AcceptRule rule) const {
   const std::string why = unsupported(Op::Speculate);
   if (!why.empty()) return why;
@@ -315,14 +330,7 @@ SpeculativeAnswer answer_speculated(const json& a, const SpeculativeRequest& q, 
       if (!step.is_array() || step.empty())
         throw WrongAnswer("'speculate' answered id " + std::to_string(run.top.size()) + " of " + std::to_string(m) +
                           " without top log-probabilities (an empty list)");
-      std::vector<std::pair<int64_t, double>> entries;
-      for (const json& e : step) {
-        if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || e[0].get<int64_t>() < 0 || e[0].get<int64_t>() >= V ||
-            !e[1].is_number() || !std::isfinite(e[1].get<double>()) || e[1].get<double>() > 1e-3)
-          throw WrongAnswer("'speculate' answered a top entry that is not [id, log-probability]: " + engine_json(e));
-        entries.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
-      }
-      run.top.push_back(std::move(entries));
+      run.top.push_back(top_entries(step, V, "'speculate' answered"));
     }
   }
   // The engine's counts; "rounds" where it can say (0: it does not).
@@ -383,14 +391,7 @@ std::vector<ServedResult> answer_served(const json& a, const std::vector<ServedR
     } else if (r.contains("top") && r["top"].is_array() && static_cast<int64_t>(r["top"].size()) == q.n) {
       for (const json& step : r["top"]) {
         if (!step.is_array() || step.empty()) throw WrongAnswer("'generate' answered " + which + " a step without top log-probabilities");
-        std::vector<std::pair<int64_t, double>> entries;
-        for (const json& e : step) {
-          if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || e[0].get<int64_t>() < 0 || e[0].get<int64_t>() >= V ||
-              !e[1].is_number() || !std::isfinite(e[1].get<double>()) || e[1].get<double>() > 1e-3)
-            throw WrongAnswer("'generate' answered " + which + " a top entry that is not [id, log-probability]: " + engine_json(e));
-          entries.emplace_back(e[0].get<int64_t>(), e[1].get<double>());
-        }
-        res.top.push_back(std::move(entries));
+        res.top.push_back(top_entries(step, V, "'generate' answered " + which));
       }
     } else {
       throw WrongAnswer("'generate' answered " + which + " without \"logits\" (" + std::to_string(q.n) +
