@@ -7,7 +7,9 @@ magnitudes move - with `--diagnose`, and each run is counted as: its twin named 
 / a wrong name. Passes when the twins are named in at least 90% of the runs of faults that have one, and
 no run names a wrong fault (a fault without a twin must be "no known fault").
 
-Usage: diagnosis_recall.py TINYGPT WORK_DIR [--engines example,llama.cpp,library] [--vary 1,2,3] [--jobs N]
+Usage: diagnosis_recall.py TINYGPT WORK_DIR [--engines example,llama.cpp,library] [--vary 1,2,3] [--spread] [--jobs N]
+--spread runs each fault at one of the variations instead of all of them, the faults taking them in
+turn (the test suite's run: every variation is held out, on a third of the faults each).
 Writes WORK_DIR/recall.json (every run: the fault, the twin, what was named, the diagnosis) and prints the
 table. Exit 0 pass, 1 fail, 77 when nothing could run.
 """
@@ -118,9 +120,13 @@ def run_one(tinygpt, work, case):
 def main():
     args = sys.argv[1:]
     tinygpt, work = args[0], args[1]
-    engines, vary, jobs = ["library", "example", "llama.cpp"], [1, 2, 3], 2
+    engines, vary, jobs, spread = ["library", "example", "llama.cpp"], [1, 2, 3], 2, False
     i = 2
     while i < len(args):
+        if args[i] == "--spread":
+            spread = True
+            i += 1
+            continue
         if args[i] == "--engines":
             engines = args[i + 1].split(",")
         elif args[i] == "--vary":
@@ -138,7 +144,7 @@ def main():
             continue
         table = {"library": LIBRARY, "example": EXAMPLE_FAULTS, "llama.cpp": LLAMA_FAULTS}[engine]
         for fault, twin, rows in table:
-            for v in vary:
+            for v in ([vary[len(cases) % len(vary)]] if spread else vary):
                 cases.append((engine, fault, twin, rows, v))
     if not cases:
         print("diagnosis_recall: nothing to run: " + "; ".join(skipped))
