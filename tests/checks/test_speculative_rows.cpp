@@ -175,6 +175,68 @@ TEST_F(SpeculativeRows, DistributionFaultsHideFromEveryOtherRow) {
   }
 }
 
+// An engine that drafts only where the request leaves room for `room` ids or more (llama-server drafts at
+// most the ids left less one, so nothing in a request of two): shorter requests are its plain decoding,
+// and, as llama-server's, its first id always comes from its step over the prompt, its drafts after it.
+class DraftsOnlyWithRoom final : public DecodeTarget {
+ public:
+  DraftsOnlyWithRoom(DecodeTarget& inner, int64_t room) : inner_(inner), room_(room) {}
+  std::string name() const override { return inner_.name(); }
+  int64_t context() const override { return inner_.context(); }
+  void reset() override { inner_.reset(); }
+  at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
+  at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
+  Generation generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) override {
+    return inner_.generate(prompt, n, choose);
+  }
+  std::string unsupported(Op op) const override { return inner_.unsupported(op); }
+  std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override {
+    return inner_.speculate_unsupported(draft, rule);
+  }
+  SpeculativeAnswer speculate(const SpeculativeRequest& q) override {
+    SpeculativeRequest first = q;
+    first.draft = "none";
+    if (q.n < room_) return inner_.speculate(first);
+    first.n = 1;
+    const SpeculativeAnswer head = inner_.speculate(first);
+    SpeculativeRequest rest = q;
+    rest.prompt.push_back(head.ids.at(0));
+    rest.n = q.n - 1;
+    rest.settings.seed = q.settings.seed + (1ULL << 40);  // streams of its own (not the first id's)
+    SpeculativeAnswer a = inner_.speculate(rest);
+    a.ids.insert(a.ids.begin(), head.ids.at(0));
+    return a;
+  }
+
+ private:
+  DecodeTarget& inner_;
+  int64_t room_;
+};
+
+// Where runs of two ids draft nothing the distribution row judges the first two ids of runs of three, and
+// still catches a wrong rule there; a target that drafts in neither is skipped, saying so.
+TEST_F(SpeculativeRows, DistributionJudgesRunsOfThreeWhereTwoDraftNothing) {
+  opts.spec_draws = 2000;
+  const Reference ref = build_reference(model, opts);
+  ModelTarget right(model, cache_registry().get("rolling"));
+  DraftsOnlyWithRoom three(right, 3);
+  const CheckResult pass = run_checks(model, opts, three, {check::kSpecDistribution}, &ref).checks.at(0);
+  EXPECT_EQ(pass.status, Status::Pass) << pass.detail;
+  EXPECT_NE(pass.detail.find("runs of three ids (none drafted in runs of two)"), std::string::npos) << pass.detail;
+  EXPECT_EQ(pass.stats.at("draws"), 2000.0) << "the probe's runs of two are not counted";
+  ModelTarget wrong(model, cache_registry().get("spec-residual-is-p"));
+  DraftsOnlyWithRoom wrong_three(wrong, 3);
+  const CheckResult fail = run_checks(model, opts, wrong_three, {check::kSpecDistribution}, &ref).checks.at(0);
+  EXPECT_EQ(fail.status, Status::Fail) << fail.detail;
+  EXPECT_NE(fail.detail.find("runs of three ids"), std::string::npos) << fail.detail;
+  EXPECT_NE(fail.detail.find("the second id after a rejected draft of it: chi2 inf"), std::string::npos) << fail.detail;
+  EXPECT_NE(pass.detail.find("the second id after a rejected draft of it"), std::string::npos) << pass.detail;
+  DraftsOnlyWithRoom never(right, 4);
+  const CheckResult skipped = run_checks(model, opts, never, {check::kSpecDistribution}, &ref).checks.at(0);
+  EXPECT_EQ(skipped.status, Status::Skipped) << skipped.detail;
+  EXPECT_NE(skipped.detail.find("20 runs of two ids nor in 2000 of three"), std::string::npos) << skipped.detail;
+}
+
 // A target without speculative decoding skips every row, saying why.
 TEST_F(SpeculativeRows, TheRowsSkipWhereTheTargetCannotRollBack) {
   CacheVariant ring;

@@ -391,6 +391,7 @@ ConformReport run_conform(const ConformOptions& o) {
   for (const auto& name : rep.deviations) rep.rows.push_back(declared_row(name));
   rep.model = conform_figures(eo, cfg, target.name());
   CheckContext ctx(model, eo, judged, rep.model);
+  ctx.progress = say;
   Tolerances kv_bounds;  // a KV type's budget, judged like any bound (judge.h)
   kv_bounds.max_kl = o.kv_budget;
   kv_bounds.min_top1 = o.kv_min_top1;

@@ -75,6 +75,8 @@ constexpr int64_t kDistributionK = 1;      // one draft a round: accepted (then 
 // the draft sees text it has learned (after the bare prompt ids a draft may put its mass where the target
 // puts none, and every first draft is rejected).
 constexpr int64_t kDistributionContext = 8;
+// Runs of two ids that drafted nothing in this many: the row goes on with runs of three.
+constexpr int64_t kProbeDraws = 20;
 
 std::vector<int64_t> row0(const at::Tensor& t) {
   const at::Tensor r = t.to(at::kCPU).select(0, 0).contiguous();
@@ -525,12 +527,16 @@ struct ChiSquare {
   std::string name;
   int64_t draws = 0, df = 0;
   double statistic = 0, critical = 0, power_sigmas = 0;  // power: (lambda + df - critical) / sd at D = kBias
-  std::vector<std::pair<int64_t, int64_t>> impossible;  // (first id, times drawn) of outcomes of probability 0
+  struct Impossible {
+    int64_t first = 0, second = -1;  // the outcome (second: -1 for a single id)
+    int64_t times = 0;
+  };
+  std::vector<Impossible> impossible;  // outcomes of probability 0 that were drawn
   bool ok() const { return statistic <= critical; }
 };
 
-int64_t first_id(int64_t key) { return key; }
-int64_t first_id(const std::pair<int64_t, int64_t>& key) { return key.first; }
+std::pair<int64_t, int64_t> outcome(int64_t key) { return {key, -1}; }
+std::pair<int64_t, int64_t> outcome(const std::pair<int64_t, int64_t>& key) { return key; }
 
 template <class Key>
 ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expected, const std::map<Key, int64_t>& observed, int64_t draws) {
@@ -550,7 +556,7 @@ ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expec
     }
   }
   for (const auto& [key, o] : observed)  // an outcome of probability 0 goes to the rest
-    if (!expected.count(key)) rest_o += static_cast<double>(o), t.impossible.emplace_back(first_id(key), o);
+    if (!expected.count(key)) rest_o += static_cast<double>(o), t.impossible.push_back({outcome(key).first, outcome(key).second, o});
   if (rest_e >= 5 || (rest_o > 0 && rest_e > 0)) {
     t.statistic += (rest_o - rest_e) * (rest_o - rest_e) / std::max(rest_e, 1e-12);
     ++cells;
@@ -651,28 +657,51 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   std::map<int64_t, int64_t> o1;
   std::map<int64_t, int64_t> orej;  // the id drawn after a rejected first draft
   std::map<std::pair<int64_t, int64_t>, int64_t> o12;
+  // Runs of three: the first id comes from the engine's step over the prompt, the draft is for the second
+  // (why runs of two drafted nothing); after its rejection, (first id, second id), and the rejections by first id.
+  std::map<std::pair<int64_t, int64_t>, int64_t> orej2;
+  std::map<int64_t, int64_t> rejected_after;
   int64_t rejected = 0, drafted = 0, accepted = 0;
+  // Runs of two ids; an engine that drafts only where the budget leaves room for the id after the drafts
+  // (llama-server) drafts nothing there, and gets runs of three: the first two ids are judged either way
+  // (a lossless run's first two are the target's whatever comes after).
+  int64_t budget = 2;
   for (int64_t i = 0; i < N; ++i) {
     s.seed = static_cast<uint64_t>(i);
-    const SpeculativeRun run = c.target.speculate(request(c, draft, 2, s, 0, prompt));
-    if (run.ids.size() != 2) {
-      set_result(r, false, "draw " + std::to_string(i) + ": " + std::to_string(run.ids.size()) + " ids for a budget of 2");
+    const SpeculativeRun run = c.target.speculate(request(c, draft, budget, s, 0, prompt));
+    if (static_cast<int64_t>(run.ids.size()) != budget) {
+      set_result(r, false, "draw " + std::to_string(i) + ": " + std::to_string(run.ids.size()) + " ids for a budget of " + std::to_string(budget));
       return;
     }
     ++o1[run.ids[0]];
     ++o12[{run.ids[0], run.ids[1]}];
     drafted += run.drafted, accepted += run.accepted;
-    if (!run.accepted_per_round.empty() && run.accepted_per_round[0] == 0) ++rejected, ++orej[run.ids[0]];
+    // The first round rejected: from its rounds, or, where the engine gives its counts alone, from a run
+    // with one draft in all (so one round).
+    const bool first_rejected = !run.accepted_per_round.empty() ? run.accepted_per_round[0] == 0
+                                                                : run.drafted == kDistributionK && kDistributionK == 1 && run.accepted == 0;
+    if (first_rejected && budget == 2) ++rejected, ++orej[run.ids[0]];
+    if (first_rejected && budget == 3) ++rejected, ++orej2[{run.ids[0], run.ids[1]}], ++rejected_after[run.ids[0]];
+    if (c.progress && N >= 10000 && (i + 1) % (N / 10) == 0)
+      c.progress(std::string(check::kSpecDistribution) + ": " + std::to_string(i + 1) + " of " + std::to_string(N) + " draws");
+    if (i + 1 == kProbeDraws && drafted == 0 && budget == 2) {
+      budget = 3, i = -1;
+      o1.clear(), o12.clear(), orej.clear();
+    }
   }
   if (drafted == 0)  // plain sampling's distribution, nothing speculative judged
-    return skip(r, "the target drafted nothing in " + std::to_string(N) + " runs of two ids (" + draft +
-                       " draft, exact rule at " + s.sampling.to_string() + "): its draws are plain sampling's, no round to judge");
+    return skip(r, "the target drafted nothing in " +
+                       (budget == 2 ? std::to_string(N) + " runs of two ids"
+                                    : std::to_string(kProbeDraws) + " runs of two ids nor in " + std::to_string(N) + " of three") +
+                       " (" + draft + " draft, exact rule at " + s.sampling.to_string() +
+                       "): its draws are plain sampling's, no round to judge");
   std::vector<ChiSquare> tests;
   std::map<int64_t, double> e1n;
   for (const auto& [x, p] : e1) e1n[x] = p * static_cast<double>(N);
   tests.push_back(chi_square("first id", e1n, o1, N));
   tests.push_back(chi_square("first two ids", joint_expected(static_cast<double>(N), [&](int64_t x) { return e1.at(x); }), o12, N));
-  if (residual.defined() && rejected > 0) {
+  std::map<int64_t, at::Tensor> q2;  // runs of three: the draft's second distribution after each first id rejected after
+  if (residual.defined() && rejected > 0 && budget == 2) {
     // An id whose p and q are equal but for float arithmetic (within 0.1%) may come after a rejection in an
     // engine that computes them otherwise: it is given a share too small to count, not ruled out.
     std::map<int64_t, double> er;
@@ -682,6 +711,27 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
       else if (px >= 0.999 * qx) er[x] = 1e-9;
     }
     tests.push_back(chi_square("the id after a rejected first draft", er, orej, rejected));
+  }
+  if (draft == "model" && rejected > 0 && budget == 3) {
+    // The second id after its draft was rejected, against norm(max(0, p - q)) after the first id each came
+    // after (the draws rejected after x, times x's residual); an x we rule out is the first id's test's.
+    GPT draft_model = c.opts.draft;
+    std::map<std::pair<int64_t, int64_t>, double> er;
+    for (const auto& [x, times] : rejected_after) {
+      if (!p2.count(x)) continue;
+      std::vector<int64_t> seq = prompt;
+      seq.push_back(x);
+      q2[x] = exact_probs(draft_model, seq, s.sampling);
+      const at::Tensor res = (p2.at(x) - q2.at(x)).clamp_min(0);  // (V)
+      const double mass = res.sum().item<double>();
+      const at::Tensor px = p2.at(x).contiguous(), qx = q2.at(x).contiguous(), rx = res.contiguous();
+      const double *pv = px.data_ptr<double>(), *qv = qx.data_ptr<double>(), *rv = rx.data_ptr<double>();
+      for (int64_t y = 0; y < px.size(0); ++y) {
+        if (mass > 0 && rv[y] > 0) er[{x, y}] = static_cast<double>(times) * rv[y] / mass;
+        else if (pv[y] > 0 && pv[y] >= 0.999 * qv[y]) er[{x, y}] = 1e-9;
+      }
+    }
+    tests.push_back(chi_square("the second id after a rejected draft of it", er, orej2, rejected));
   }
   // Where an id came that our probabilities rule out: its probability under each side and its rank in
   // each model's raw scores, so a top-k / top-p edge (float arithmetic keeping or cutting one id) can be
@@ -698,8 +748,18 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   auto rank_of = [](const at::Tensor& raw, int64_t x) { return (raw > raw[x]).sum().item<int64_t>() + 1; };
   auto impossible_text = [&](const ChiSquare& t) {
     std::string out;
-    for (const auto& [x, times] : t.impossible) {
+    for (const auto& [x, y, times] : t.impossible) {
       char b[240];
+      if (y >= 0) {  // a pair: the second id's probabilities after the first
+        std::snprintf(b, sizeof b, "ids %lld, %lld drawn %lld times: our p %.3g then %.3g", static_cast<long long>(x), static_cast<long long>(y),
+                      static_cast<long long>(times), p1[x].item<double>(), p2.count(x) ? p2.at(x)[y].item<double>() : 0.0);
+        out += (out.empty() ? "" : ", ") + std::string(b);
+        if (q2.count(x)) {
+          std::snprintf(b, sizeof b, ", q then %.3g", q2.at(x)[y].item<double>());
+          out += b;
+        }
+        continue;
+      }
       std::snprintf(b, sizeof b, "id %lld drawn %lld times: our p %.3g (rank %lld)", static_cast<long long>(x), static_cast<long long>(times),
                     p1[x].item<double>(), static_cast<long long>(rank_of(p_raw, x)));
       out += (out.empty() ? "" : ", ") + std::string(b);
@@ -721,7 +781,8 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   r.stats["acceptance"] = drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0;
   r.figure = tests.front().statistic;
   const std::string what = "exact rule at " + s.sampling.to_string() + ", k = " + std::to_string(kDistributionK) + ", after " +
-                           std::to_string(prompt.size()) + " ids, " + draft +
+                           std::to_string(prompt.size()) + " ids, " +
+                           (budget == 3 ? "runs of three ids (none drafted in runs of two), " : "") + draft +
                            " draft (" + pct(drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0) +
                            " accepted, first draft rejected in " + std::to_string(rejected) + " draws" +
                            (draft == "model" ? "" : "; no trained draft: the target's own weights, so no rejection is tested") + "): ";

@@ -203,6 +203,8 @@ class CheckContext {
   // The bounds `def` is judged by here: opts.tolerance, relaxed by the declared deviations touching it.
   RowBound bound_for(const CheckDef& def) const;
   const std::vector<const Deviation*>& declared() const { return declared_; }
+  // Where a long row is (a line at a time, "row: what"), when the runner shows progress; unset, silent.
+  std::function<void(const std::string&)> progress;
 
  private:
   friend CheckResult run_check(const CheckDef& def, CheckContext& ctx);
