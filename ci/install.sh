@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   cmake g++ ninja-build pkg-config
   libtorch-dev libopenblas0-openmp   # without OpenBLAS, LibTorch's matmuls use reference BLAS (~17x slower)
-  libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev libpcre2-dev
+  libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev
   python3-torch python3-regex        # an independent PyTorch for the interop tests
   bible-kjv                          # the fixture corpus (SPEC 9)
   chromium                           # headless, renders the HTML report in its test

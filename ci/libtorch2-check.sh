@@ -29,7 +29,7 @@ trap 'umount "$ROOT/proc" 2>/dev/null || true' EXIT
 log "installing $torch and the build dependencies"
 chroot "$ROOT" /usr/bin/env DEBIAN_FRONTEND=noninteractive bash -c "apt-get update -q >/dev/null &&
   apt-get install -y -q --no-install-recommends cmake g++ ninja-build pkg-config $torch libopenblas0-openmp \
-    libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev libpcre2-dev python3-regex >/dev/null" ||
+    libgtest-dev librapidcheck-dev nlohmann-json3-dev libcli11-dev libpcre2-dev libutf8proc-dev python3-regex >/dev/null" ||
   [ "${CUDA:-0}" = 1 ]  # nvidia-cudnn's configure step needs NVIDIA's servers; its files are unpacked
 chroot "$ROOT" dpkg-query -W -f='${Package} ${Version}\n' libtorch-dev libtorch-cuda-dev g++ cmake 2>/dev/null || true
 log "copying the working tree to $ROOT/src"

@@ -3,11 +3,13 @@
 #include "tinygpt/errors.h"
 
 #include "tinygpt/atomic_file.h"
+#include "tinygpt/hf_tokenizer.h"
 
 #include <pcre2.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -60,7 +62,12 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-Tokenizer Tokenizer::load(const std::string& path) {
+Tokenizer Tokenizer::load(const std::string& given) {
+  std::string path = given;
+  if (std::filesystem::is_directory(path)) {
+    if (!std::filesystem::is_regular_file(path + "/tokenizer.json")) throw InputError(path + ": a directory without tokenizer.json");
+    path += "/tokenizer.json";
+  }
   std::ifstream in(path);
   if (!in) throw InputError(path + ": cannot open tokenizer file");
   nlohmann::json j;
@@ -69,8 +76,17 @@ Tokenizer Tokenizer::load(const std::string& path) {
   } catch (const std::exception& e) {
     throw InputError(path + ": not valid JSON (" + e.what() + ")");
   }
+  if (HfTokenizer::is_hf(j)) {
+    Tokenizer t({});
+    try {
+      t.hf_ = std::make_shared<const HfTokenizer>(j, path);
+    } catch (const std::exception& e) {
+      throw InputError(e.what());
+    }
+    return t;
+  }
   if (!j.is_object() || !j.contains("merges") || !j["merges"].is_array())
-    throw InputError(path + ": expected {\"merges\": [[a, b], ...]}");
+    throw InputError(path + ": expected the series' {\"merges\": [[a, b], ...]} or the tokenizers library's {\"model\": {...}}");
   std::vector<std::pair<int64_t, int64_t>> merges;
   for (const auto& m : j["merges"]) {
     if (!m.is_array() || m.size() != 2 || !m[0].is_number_integer() || !m[1].is_number_integer())
@@ -84,11 +100,69 @@ Tokenizer Tokenizer::load(const std::string& path) {
   }
 }
 
+int64_t Tokenizer::vocab_size() const { return hf_ ? hf_->vocab_size() : 256 + static_cast<int64_t>(merges_.size()); }
+
+std::string Tokenizer::describe() const {
+  return hf_ ? hf_->describe() : "the series' byte-level BPE, " + std::to_string(vocab_size()) + " ids";
+}
+
 void Tokenizer::save(const std::string& path) const {
+  if (hf_) throw std::logic_error("tokenizer: a Hugging Face tokenizer.json is read, not written in the series' format");
   nlohmann::json j;
   j["merges"] = nlohmann::json::array();
   for (const auto& [a, b] : merges_) j["merges"].push_back({a, b});
   write_atomically(path, [&](std::ostream& out) { out << j.dump() << "\n"; });
+}
+
+std::string Tokenizer::to_hf_json() const {
+  if (hf_) throw std::logic_error("tokenizer: already the tokenizers library's format");
+  // GPT-2's byte-to-character table (what ByteLevel maps bytes through).
+  std::string to_char[256];
+  for (int b = 0, n = 0; b < 256; ++b) {
+    const bool kept = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const uint32_t c = kept ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
+    to_char[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
+                          : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+  }
+  auto token = [&](int64_t id) {
+    std::string t;
+    for (unsigned char b : bytes_[static_cast<size_t>(id)]) t += to_char[b];
+    return t;
+  };
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object(), merges = nlohmann::ordered_json::array();
+  for (int64_t id = 0; id < vocab_size(); ++id) {
+    const std::string t = token(id);
+    if (vocab.contains(t))
+      throw std::invalid_argument("tokenizer: ids " + std::to_string(vocab[t].get<int64_t>()) + " and " + std::to_string(id) +
+                                  " hold the same bytes; the tokenizers library's format keys a token by its text");
+    vocab[t] = id;
+  }
+  for (const auto& [a, b] : merges_) merges.push_back({token(a), token(b)});
+  nlohmann::ordered_json doc = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", nlohmann::ordered_json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", kSplit}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merges}}}};
+  return doc.dump() + "\n";
 }
 
 std::vector<std::string> Tokenizer::split(const std::string& text) {
@@ -141,6 +215,7 @@ std::vector<int64_t> Tokenizer::encode_chunk(const std::string& chunk) const {
 }
 
 std::vector<int64_t> Tokenizer::encode(const std::string& text) const {
+  if (hf_) return hf_->encode(text);
   std::vector<int64_t> out;
   for (const auto& chunk : split(text)) {
     {
@@ -203,6 +278,7 @@ std::string Tokenizer::utf8_replace(const std::string& s) {
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids) const {
+  if (hf_) return hf_->decode(ids);
   std::string raw;
   for (int64_t id : ids) {
     if (id < 0 || id >= vocab_size())

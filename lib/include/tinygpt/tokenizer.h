@@ -3,6 +3,10 @@
 // Unicode properties), each chunk's bytes merged lowest-merge-first. Decoding replaces invalid
 // UTF-8 with U+FFFD exactly as Python's bytes.decode("utf-8", "replace") does.
 // Leaves out special tokens: the series has none.
+//
+// load() also reads a Hugging Face directory's own tokenizer.json (the tokenizers library's format:
+// hf_tokenizer.h), told apart by its "model" object; such a tokenizer encodes and decodes as that
+// library does, and is read only (no merges, no save, no training).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +20,8 @@
 
 namespace tinygpt {
 
+class HfTokenizer;
+
 class Tokenizer {
  public:
   // A tokenizer with the given merges; throws std::invalid_argument if a merge refers to an id
@@ -25,10 +31,18 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
-  // Reads tokenizer.json; throws std::runtime_error naming the file and the problem.
+  // Reads tokenizer.json, the series' or the tokenizers library's (a file or a directory holding one);
+  // throws std::runtime_error naming the file and the problem.
   static Tokenizer load(const std::string& path);
-  // Writes tokenizer.json atomically (temporary file renamed into place).
+  // Writes tokenizer.json atomically (temporary file renamed into place); the series' format only
+  // (std::logic_error for a Hugging Face tokenizer).
   void save(const std::string& path) const;
+  // The series' tokenizer in the tokenizers library's format (a Split on the series' regex, then
+  // ByteLevel's byte-to-character map; each id's bytes as its token; merges as pairs of tokens), which
+  // that library and transformers load and which encodes every text to the same ids. std::logic_error
+  // for a Hugging Face tokenizer; std::invalid_argument where two ids hold the same bytes (the format
+  // keys tokens by their text).
+  std::string to_hf_json() const;
 
   // Counts adjacent pairs over the deduplicated chunks weighted by frequency and merges the most
   // frequent (ties: the smallest pair), until `vocab_size` ids. progress(merges_done, total).
@@ -40,8 +54,13 @@ class Tokenizer {
   // Throws std::invalid_argument for ids outside [0, vocab_size).
   std::string decode(const std::vector<int64_t>& ids) const;
 
-  int64_t vocab_size() const { return 256 + static_cast<int64_t>(merges_.size()); }
+  int64_t vocab_size() const;
+  // The series' merges (empty for a Hugging Face tokenizer).
   const std::vector<std::pair<int64_t, int64_t>>& merges() const { return merges_; }
+  // The Hugging Face tokenizer this one reads through, or nullptr for the series' own.
+  const HfTokenizer* hf() const { return hf_.get(); }
+  // One line for reports: "the series' byte-level BPE, 2,048 ids" or the Hugging Face tokenizer's own.
+  std::string describe() const;
 
   // The series' split, exposed for tests: text -> chunks.
   static std::vector<std::string> split(const std::string& text);
@@ -51,6 +70,7 @@ class Tokenizer {
  private:
   std::vector<int64_t> encode_chunk(const std::string& chunk) const;
   std::vector<std::pair<int64_t, int64_t>> merges_;
+  std::shared_ptr<const HfTokenizer> hf_;
   std::unordered_map<uint64_t, int64_t> rank_;  // (a << 32 | b) -> merge index
   std::vector<std::string> bytes_;              // id -> its bytes
   mutable std::unique_ptr<std::mutex> cache_mutex_;
