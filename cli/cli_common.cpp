@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tinygpt/device.h"
+#include <filesystem>
 #include "tinygpt/tokenizer.h"
 
 namespace tinygpt::cli {
@@ -78,14 +79,22 @@ std::vector<int64_t> parse_ids(const std::string& text, int64_t vocab, const std
 
 std::vector<int64_t> prompt_ids(const std::string& ids, const std::string& prompt, const Tokenizer* tok,
                                 int64_t vocab) {
-  if (!prompt.empty() && !tok) throw std::invalid_argument("--prompt needs --tokenizer");
-  if (tok && tok->vocab_size() != vocab)
-    throw std::invalid_argument("tokenizer vocab " + std::to_string(tok->vocab_size()) + " != model vocab " +
+  if (!prompt.empty() && !tok)
+    throw std::invalid_argument("--prompt needs --tokenizer (or a --checkpoint directory holding tokenizer.json)");
+  if (tok && (tok->hf() ? tok->vocab_size() > vocab : tok->vocab_size() != vocab))
+    throw std::invalid_argument("tokenizer vocab " + std::to_string(tok->vocab_size()) + (tok->hf() ? " > model vocab " : " != model vocab ") +
                                 std::to_string(vocab));
   if (prompt.empty()) return parse_ids(ids, vocab, "--ids");
   auto out = tok->encode(prompt);
   if (out.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
   return out;
+}
+
+std::string tokenizer_for(const std::string& given, const std::string& checkpoint) {
+  if (!given.empty()) return given;
+  if (!checkpoint.empty() && std::filesystem::is_regular_file(std::filesystem::path(checkpoint) / "tokenizer.json"))
+    return (std::filesystem::path(checkpoint) / "tokenizer.json").string();
+  return "";
 }
 
 at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device) {

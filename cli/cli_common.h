@@ -45,9 +45,13 @@ c10::Device apply_run_options(const RunOptions& opts);
 // "1,2,3" -> {1, 2, 3}; rejects empty items, non-integers and ids outside [0, vocab).
 std::vector<int64_t> parse_ids(const std::string& text, int64_t vocab, const std::string& option);
 // The prompt: `prompt` encoded by `tok` when `prompt` is non-empty (it then needs `tok`), else
-// `ids` parsed. A given tokenizer must match the model's vocabulary.
+// `ids` parsed. A given tokenizer must match the model's vocabulary (the series' exactly; a Hugging
+// Face tokenizer.json may have fewer ids than a model whose embedding is padded).
 std::vector<int64_t> prompt_ids(const std::string& ids, const std::string& prompt, const Tokenizer* tok,
                                 int64_t vocab);
+// The tokenizer to read: `given` (--tokenizer), or else the tokenizer.json in the --checkpoint
+// directory where there is one (a Hugging Face directory's own), or else "".
+std::string tokenizer_for(const std::string& given, const std::string& checkpoint);
 // ids repeated over `batch` rows: (batch, n) int64 on `device`.
 at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device);
 // One row of ids as "a,b,c".

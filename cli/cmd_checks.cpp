@@ -34,8 +34,11 @@ struct CheckOptions {
 
 void add_check_options(CLI::App* cmd, CheckOptions& o) {
   cmd->add_option("--ids", o.ids, "prompt as comma-separated token ids")->capture_default_str();
-  cmd->add_option("--prompt", o.prompt, "prompt text instead of --ids (needs --tokenizer)");
-  cmd->add_option("--tokenizer", o.tokenizer, "tokenizer.json for --prompt")->check(CLI::ExistingFile);
+  cmd->add_option("--prompt", o.prompt, "prompt text instead of --ids (needs a tokenizer)");
+  cmd->add_option("--tokenizer", o.tokenizer,
+                  "tokenizer.json for --prompt: the series' or a Hugging Face directory's own (default: the --checkpoint\n"
+                  "directory's tokenizer.json, where there is one)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o.tokens, "greedy tokens to generate")->capture_default_str()->check(kPositive);
   cmd->add_option("--batch", o.batch, "rows (row b uses the prompt shifted by b ids, so rows differ)")
       ->capture_default_str()->check(kPositive);
@@ -48,7 +51,8 @@ void add_check_options(CLI::App* cmd, CheckOptions& o) {
 // The prompt ids from --ids, or from --prompt through --tokenizer (loaded only for --prompt).
 std::vector<int64_t> prompt_ids(const CheckOptions& o, int64_t vocab) {
   std::unique_ptr<Tokenizer> tok;
-  if (!o.prompt.empty() && !o.tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o.tokenizer));
+  const std::string path = cli::tokenizer_for(o.tokenizer, o.model.checkpoint);
+  if (!o.prompt.empty() && !path.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(path));
   return cli::prompt_ids(o.ids, o.prompt, tok.get(), vocab);
 }
 

@@ -28,7 +28,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 Command add_export(CLI::App& app) {
   struct Opts {
-    std::string format, out, checkpoint;
+    std::string format, out, checkpoint, tokenizer;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -39,20 +39,25 @@ Command add_export(CLI::App& app) {
       "decode: ids, start, past K/V in, last logits and present K/V out; a zoo member's knobs in the graph; through\n"
       "python3-torch), pt or\n"
       "safetensors, or hf: a zoo member (--checkpoint golden/zoo/NAME/model.safetensors) as a Hugging Face\n"
-      "directory transformers loads as its own class (config.json + model.safetensors; a knob the class cannot\n"
-      "carry is refused by name), or transformers-js: the onnx graph in the folder transformers.js loads. Defaults\n"
+      "directory transformers loads as its own class (config.json + model.safetensors + tokenizer.json in the\n"
+      "tokenizers library's format; a knob the class cannot carry is refused by name), or transformers-js: the onnx graph in the folder transformers.js loads. Defaults\n"
       "to the shipped fixture. Writes atomically.");
   cmd->add_option("--format", o->format, "gguf, onnx, pt, safetensors, hf or transformers-js")->required()
       ->check(CLI::IsMember(checks::export_formats()));
   cmd->add_option("OUT", o->out, "output file")->required();
   cmd->add_option("--checkpoint", o->checkpoint, "model to export (.pt, .safetensors, or a Hugging Face directory; default: the shipped fixture)")
       ->check(CLI::ExistingPath);
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "hf: the tokenizer.json the directory gets: the series' (converted to the tokenizers library's format) or\n"
+                  "one already in that format (copied); default: the shipped fixture's, where the model's vocabulary is its size")
+      ->check(CLI::ExistingPath);
   return {cmd, [o] {
+            if (!o->tokenizer.empty() && o->format != "hf") throw std::invalid_argument("--tokenizer goes with --format hf");
             const std::string in = o->checkpoint.empty() ? checks::data_dir() + "/fixture.safetensors" : o->checkpoint;
             Checkpoint ck = read_any_checkpoint(in);
             GPT model = model_from_checkpoint(ck, c10::Device(c10::kCPU), in, &ck.notes);
             Checkpoint clean{ck.config, ck.step, model->state_dict(), {}, ck.metadata};
-            checks::export_model(clean, model, o->format, o->out);
+            checks::export_model(clean, model, o->format, o->out, o->tokenizer);
             std::cout << "wrote " << o->out << " (" << o->format << ", from " << in << ")\n";
             return int(kOk);
           }};
@@ -94,7 +99,8 @@ Command add_convert(CLI::App& app) {
 Command add_encode(CLI::App& app) {
   auto tok = std::make_shared<std::string>(), text = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("encode", "Print the token ids of TEXT, comma-separated");
-  cmd->add_option("--tokenizer", *tok, "tokenizer.json")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", *tok, "tokenizer.json (or a directory holding one): the series' or the tokenizers library's")
+      ->required()->check(CLI::ExistingPath);
   cmd->add_option("TEXT", *text, "text to encode")->required();
   return {cmd, [tok, text] {
             const auto ids = Tokenizer::load(*tok).encode(*text);
@@ -108,7 +114,8 @@ Command add_encode(CLI::App& app) {
 Command add_decode(CLI::App& app) {
   auto tok = std::make_shared<std::string>(), ids = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("decode", "Print the text of comma-separated token IDS");
-  cmd->add_option("--tokenizer", *tok, "tokenizer.json")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--tokenizer", *tok, "tokenizer.json (or a directory holding one): the series' or the tokenizers library's")
+      ->required()->check(CLI::ExistingPath);
   cmd->add_option("IDS", *ids, "comma-separated ids")->required();
   return {cmd, [tok, ids] {
             Tokenizer t = Tokenizer::load(*tok);

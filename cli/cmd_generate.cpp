@@ -41,8 +41,11 @@ Command add_generate(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate tokens, cached (default) or uncached, greedy unless sampling options are given");
   cmd->add_option("--ids", o->ids, "prompt as comma-separated token ids")->capture_default_str();
-  cmd->add_option("--prompt", o->prompt, "prompt text (needs --tokenizer); prints text");
-  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json")->check(CLI::ExistingFile);
+  cmd->add_option("--prompt", o->prompt, "prompt text (needs a tokenizer); prints text");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "tokenizer.json: the series' or a Hugging Face directory's own (default: the --checkpoint directory's\n"
+                  "tokenizer.json, where there is one)")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(kPositive);
   cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
@@ -57,7 +60,8 @@ Command add_generate(CLI::App& app) {
             o->sampling.validate();
             if (!o->cache.empty()) checks::cache_registry().get(o->cache);  // an unknown name fails before the model loads
             std::unique_ptr<Tokenizer> tok;
-            if (!o->tokenizer.empty()) tok = std::make_unique<Tokenizer>(Tokenizer::load(o->tokenizer));
+            if (const std::string path = tokenizer_for(o->tokenizer, o->model.checkpoint); !path.empty())
+              tok = std::make_unique<Tokenizer>(Tokenizer::load(path));
             GPT model = load_model(o->model, dev);
             const auto& variant = checks::cache_registry().get(
                 !o->cache.empty() ? o->cache : model->config().is_seed_architecture() ? "static" : std::string(checks::kSeriesCache));

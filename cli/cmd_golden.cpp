@@ -36,7 +36,10 @@ struct FixtureOptions {
                                "instead of the shipped fixture")
                    ->check(CLI::ExistingPath);
     cmd->add_option("--model", model, kModelHelp)->excludes(ck);
-    cmd->add_option("--tokenizer", tokenizer, "its tokenizer.json (default: <dir>/tokenizer.json)")->check(CLI::ExistingFile);
+    cmd->add_option("--tokenizer", tokenizer,
+                    "its tokenizer.json, the series' or a Hugging Face one (default: <dir>/tokenizer.json, else the --checkpoint\n"
+                    "directory's own)")
+        ->check(CLI::ExistingPath);
   }
   bool shipped() const { return checkpoint.empty() && model.empty(); }
   // Throws std::invalid_argument when a custom model has no tokenizer to use.
@@ -48,8 +51,10 @@ struct FixtureOptions {
     }
     if (shipped()) return checks::load_fixture(dir.empty() ? checks::data_dir() : dir, dev);
     if (need_dir && dir.empty()) throw std::invalid_argument("--checkpoint needs --dir: the folder of that model's golden files");
-    const std::string tok = !tokenizer.empty() ? tokenizer : dir.empty() ? "" : dir + "/tokenizer.json";
-    if (tok.empty() || !std::ifstream(tok)) throw std::invalid_argument("--checkpoint needs --tokenizer (or a tokenizer.json in --dir)");
+    std::string tok = !tokenizer.empty() ? tokenizer : dir.empty() ? "" : dir + "/tokenizer.json";
+    if (tokenizer.empty() && (tok.empty() || !std::ifstream(tok))) tok = tokenizer_for("", checkpoint);  // a Hugging Face directory's own
+    if (tok.empty() || !std::ifstream(tok))
+      throw std::invalid_argument("--checkpoint needs --tokenizer (or a tokenizer.json in --dir or in the --checkpoint directory)");
     return checks::load_fixture(checkpoint, tok, dir, dev);
   }
 };

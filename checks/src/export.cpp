@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <stdexcept>
 
 #include "tinygpt/checks/data.h"
@@ -15,6 +17,7 @@
 #include "tinygpt/hf_checkpoint.h"
 #include "tinygpt/rope_scaling.h"
 #include "tinygpt/safetensors.h"
+#include "tinygpt/tokenizer.h"
 
 namespace tinygpt::checks {
 
@@ -29,6 +32,12 @@ std::string shell_quoted(const std::string& s) {
   return o + "'";
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error(path + ": cannot read");
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
 int run(const std::string& cmd) {
   const int rc = std::system(cmd.c_str());
   return rc == -1 ? -1 : WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
@@ -41,11 +50,23 @@ const std::vector<std::string>& export_formats() {
   return f;
 }
 
-void export_model(const Checkpoint& ck, GPT& model, const std::string& format, const std::string& out) {
+void export_model(const Checkpoint& ck, GPT& model, const std::string& format, const std::string& out, const std::string& tokenizer) {
   if (format == "pt") return write_torch_checkpoint(out, ck);
   if (format == "safetensors") return write_safetensors_checkpoint(out, ck);
   if (format == "gguf") return write_gguf(out, model);
-  if (format == "hf") return write_hf_checkpoint(out, ck);
+  if (format == "hf") {
+    std::string json;
+    const std::string shipped = data_dir() + "/tokenizer.json";
+    if (!tokenizer.empty() || fs::exists(shipped)) {
+      const Tokenizer tok = Tokenizer::load(tokenizer.empty() ? shipped : tokenizer);
+      if (tok.vocab_size() > ck.config.vocab_size && !tokenizer.empty())
+        throw std::invalid_argument(tokenizer + ": " + std::to_string(tok.vocab_size()) + " ids, more than the model's " +
+                                    std::to_string(ck.config.vocab_size));
+      if (tok.vocab_size() <= ck.config.vocab_size && (!tokenizer.empty() || tok.vocab_size() == ck.config.vocab_size))
+        json = tok.hf() ? read_text(fs::is_directory(tokenizer) ? tokenizer + "/tokenizer.json" : tokenizer) : tok.to_hf_json();
+    }
+    return write_hf_checkpoint(out, ck, json);
+  }
   if (format != "onnx" && format != "transformers-js")
     throw std::invalid_argument("unknown export format '" + format + "' (pt, safetensors, gguf, onnx, hf, transformers-js)");
   // Debian's python3-torch lives with /usr/bin/python3; TINYGPT_PYTHON names another interpreter.

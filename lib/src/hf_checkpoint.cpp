@@ -459,7 +459,7 @@ std::string lost_knob(const Config& a, const Config& b) {
 
 }  // namespace
 
-void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck) {
+void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck, const std::string& tokenizer_json) {
   std::error_code ec;
   if (fs::exists(dir, ec)) throw std::invalid_argument(dir + ": exists; write_hf_checkpoint writes a new directory");
   const Config& c = ck.config;
@@ -482,6 +482,7 @@ void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck) {
   } cleanup{tmp};
   write_text_atomically((tmp / "config.json").string(), config_json(c, arch).dump(2) + "\n");
   write_safetensors((tmp / "model.safetensors").string(), hf_tensors(ck, arch), {{"format", "pt"}});
+  if (!tokenizer_json.empty()) write_text_atomically((tmp / "tokenizer.json").string(), tokenizer_json);
   // Read back: what the class cannot carry shows as a knob that changed, or a tensor that did.
   const Checkpoint back = read_hf_checkpoint(tmp.string());
   const std::string lost = lost_knob(c, back.config);

@@ -27,6 +27,7 @@ Checkpoint read_hf_checkpoint(const std::string& dir);
 // class cannot carry (the seed's adjacent RoPE pairs, a soft-cap on a Llama, ...) is refused naming the
 // knob it would lose - std::invalid_argument - and nothing is left at `dir`. Refuses an existing `dir`;
 // written into a temporary folder beside it and renamed into place.
-void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck);
+// `tokenizer_json`, when given, is written as the directory's tokenizer.json (Tokenizer::to_hf_json).
+void write_hf_checkpoint(const std::string& dir, const Checkpoint& ck, const std::string& tokenizer_json = "");
 
 }  // namespace tinygpt

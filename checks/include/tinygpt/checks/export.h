@@ -17,6 +17,9 @@ const std::vector<std::string>& export_formats();
 
 // Writes `model` (read from `ck`) to `out` in `format`, atomically. std::invalid_argument for an unknown
 // format; std::runtime_error with one clear line when ONNX export cannot run (no python3-torch).
-void export_model(const Checkpoint& ck, GPT& model, const std::string& format, const std::string& out);
+// `tokenizer` (hf only): the tokenizer.json the directory gets, in the tokenizers library's format
+// (Tokenizer::to_hf_json); empty: the shipped fixture's where the model's vocabulary is its size, else none.
+void export_model(const Checkpoint& ck, GPT& model, const std::string& format, const std::string& out,
+                  const std::string& tokenizer = "");
 
 }  // namespace tinygpt::checks
