@@ -159,6 +159,44 @@ Config read_config(const std::string& dir, const json& j, Arch arch) {
 }
 
 // The tensors under our names (gpt.h's state dict).
+// A sharded checkpoint: model.safetensors.index.json's weight_map names the shard of every tensor; each
+// shard (a file name in `dir`, nothing else) is read once and holds the tensors the map gives it.
+TensorFile read_shards(const std::string& dir) {
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (!fs::exists(index)) fail(dir, "no model.safetensors (nor model.safetensors.index.json, a sharded checkpoint's index)");
+  json j;
+  try {
+    std::ifstream in(index);
+    j = json::parse(in);
+  } catch (const std::exception& e) {
+    fail(dir, std::string("model.safetensors.index.json is not JSON: ") + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    fail(dir, "model.safetensors.index.json has no weight_map object");
+  std::map<std::string, std::set<std::string>> by_shard;  // shard -> the tensors the map gives it
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) fail(dir, "model.safetensors.index.json: weight_map[" + name + "] is not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      fail(dir, "model.safetensors.index.json: weight_map[" + name + "] = " + json(f).dump() + " is not a file of the directory");
+    by_shard[f].insert(name);
+  }
+  if (by_shard.empty()) fail(dir, "model.safetensors.index.json: the weight_map is empty");
+  TensorFile all;
+  for (const auto& [file, names] : by_shard) {
+    const fs::path shard = fs::path(dir) / file;
+    if (!fs::exists(shard)) fail(dir, "shard " + file + " (named by model.safetensors.index.json) is missing");
+    TensorFile part = read_safetensors(shard.string());
+    std::set<std::string> found;
+    for (auto& [name, t] : part.tensors)
+      if (names.count(name)) found.insert(name), all.tensors.emplace_back(name, std::move(t));
+    for (const auto& name : names)
+      if (!found.count(name)) fail(dir, "shard " + file + " lacks " + name + ", which model.safetensors.index.json puts there");
+    for (const auto& [k, v] : part.metadata) all.metadata.emplace(k, v);
+  }
+  return all;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> rename(const std::string& dir, const TensorFile& tf, const Config& c, Arch arch) {
   std::map<std::string, at::Tensor> in;
   for (const auto& [name, t] : tf.tensors) in[name] = t;
@@ -272,12 +310,12 @@ Checkpoint read_hf_checkpoint(const std::string& dir) {
     fail(dir, std::string("config.json maps to an invalid model: ") + e.what());
   }
   const fs::path st = fs::path(dir) / "model.safetensors";
-  if (!fs::exists(st)) {
-    if (fs::exists(fs::path(dir) / "model.safetensors.index.json")) fail(dir, "sharded checkpoints are not supported (one model.safetensors)");
-    fail(dir, "no model.safetensors");
-  }
-  const TensorFile tf = read_safetensors(st.string());
+  const TensorFile tf = fs::exists(st) ? read_safetensors(st.string()) : read_shards(dir);
   ck.tensors = rename(dir, tf, ck.config, it->second);
+  std::set<std::string> stored;  // the dtypes other than float32 the weights came in
+  for (const auto& [name, t] : tf.tensors)
+    if (t.scalar_type() != at::kFloat) stored.insert(c10::toString(t.scalar_type()));
+  for (const auto& d : stored) ck.notes.push_back("weights stored as " + d + ": read into float32 and computed in float32");
   for (const auto& [k, v] : tf.metadata) ck.metadata[k] = v;
   ck.notes.push_back("read as a Hugging Face " + model_type + " checkpoint: " + ck.config.to_string());
   return ck;

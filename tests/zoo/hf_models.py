@@ -53,5 +53,12 @@ for name, (model_type, kw) in MODELS.items():
         logits = model(ids).logits[0].float()
     model.save_pretrained(OUT + "/" + name)
     answer[name] = {"ids": ids[0].tolist(), "logits": logits.tolist(), "class": type(model).__name__}
+    if name == "llama":  # as large directories come: bfloat16 weights in shards, computed in float32
+        with torch.no_grad():  # the weights rounded, not the RoPE frequencies (a buffer, computed at load)
+            for p in model.parameters():
+                p.copy_(p.to(torch.bfloat16).to(torch.float32))
+            logits = model(ids).logits[0].float()
+        model.to(torch.bfloat16).save_pretrained(OUT + "/llama-bf16-sharded", max_shard_size="200KB")
+        answer["llama-bf16-sharded"] = {"ids": ids[0].tolist(), "logits": logits.tolist(), "class": type(model).__name__}
 answer["_versions"] = {"transformers": transformers.__version__, "torch": torch.__version__}
 print(json.dumps(answer))

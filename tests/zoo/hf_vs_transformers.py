@@ -2,7 +2,8 @@
 """`--checkpoint DIR` (lib hf_checkpoint.h) against transformers itself: in the forky chroot transformers
 5.12 writes a randomly initialised LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM,
 Gemma2ForCausalLM and GPTNeoXForCausalLM (hf_models.py: head_dim 48, 3 KV heads of 6, 5 layers, a
-sliding window of 8, llama3 and YaRN scaling acting inside the prompt, soft-caps that bind) and its
+sliding window of 8, llama3 and YaRN scaling acting inside the prompt, soft-caps that bind; the Llama
+again as bfloat16 weights in shards, computed in float32) and its
 own logits for a 40-token prompt; our loader reads each directory and our model's logits must equal
 them within 1e-4 at every position. Then six converter bugs planted in what our loader read - each
 must be caught on exactly the members with that feature.
@@ -25,7 +26,7 @@ PLANTS = {
     "no-softcap": ["gemma2"],
     "no-qk-norm": ["qwen3"],
     "full-rotary": ["neox"],
-    "no-rope-scaling": ["llama", "qwen3"],
+    "no-rope-scaling": ["llama", "llama-bf16-sharded", "qwen3"],
     "sequential-residual": ["neox"],
 }
 
@@ -59,6 +60,14 @@ def judge(dump, work):
     print("transformers %s, torch %s in the forky chroot" % (versions["transformers"], versions["torch"]))
     ok = True
     for name, theirs in sorted(doc.items()):
+        if "sharded" in name:  # the directory is what it says: an index and several shards
+            files = os.listdir(os.path.join(work, name))
+            shards = [f for f in files if f.startswith("model-") and f.endswith(".safetensors")]
+            if "model.safetensors.index.json" not in files or len(shards) < 2:
+                print("  %s: not sharded (%s)" % (name, ", ".join(sorted(files))))
+                ok = False
+            else:
+                print("  %s: %d shards" % (name, len(shards)))
         mine, err = ours(dump, os.path.join(work, name), theirs["ids"])
         d = apart(mine and mine["logits"], theirs["logits"])
         good = d <= TOL

@@ -1,4 +1,6 @@
-// A Hugging Face checkpoint directory (config.json + model.safetensors) of the architectures SPEC 10's
+// A Hugging Face checkpoint directory (config.json + model.safetensors, or the shards its
+// model.safetensors.index.json names; float32, bfloat16 or float16, read into float32 and said in the
+// checkpoint's notes) of the architectures SPEC 10's
 // knobs cover - LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM,
 // GPTNeoXForCausalLM - read as a Checkpoint of our names: the config mapped knob by knob (transformers
 // 5.12's fields, and the older rope_theta / rope_scaling / rotary_pct spellings), the tensors renamed,
@@ -16,7 +18,7 @@ namespace tinygpt {
 bool is_hf_directory(const std::string& path);
 
 // InputError naming the directory and the problem: an architecture outside the five, a config field
-// whose value no knob expresses (named, with its value), a sharded or missing model.safetensors, a
+// whose value no knob expresses (named, with its value), a missing model.safetensors or shard, a
 // tensor missing or of the wrong shape. Never approximates.
 Checkpoint read_hf_checkpoint(const std::string& dir);
 
