@@ -54,7 +54,7 @@ def main(tinygpt, work):
     goldens = os.path.join(work, "goldens")
     os.makedirs(goldens)
     run(tinygpt, "golden", "update", "--dir", goldens, "--checkpoint", d, "--threads", "1")
-    verify = [tinygpt, "verify", "--dir", goldens, "--tokens", "40", "--faults", "none", "--threads", "2"]
+    verify = [tinygpt, "verify", "--dir", goldens, "--tokens", "40", "--checks", "tokens", "--faults", "none", "--threads", "2"]
     out = run(*verify, "--checkpoint", d, "--json", os.path.join(work, "same.json"))
     if "checks passed" not in out:
         failures.append("verify on the unchanged directory: " + out[-800:])
