@@ -8,6 +8,8 @@
 #include <memory>
 #include <sstream>
 
+#include <filesystem>
+
 #include "cli_common.h"
 #include "report_files.h"
 #include "commands.h"
@@ -120,6 +122,7 @@ Command add_golden(CLI::App& app) {
             if (!verify->parsed() && ci && std::string(ci) == "true")
               throw std::invalid_argument("golden update refused: CI=true (goldens change only by a deliberate local run)");
             const c10::Device dev = apply_run_options(*run);
+            if (!verify->parsed() && !fo->dir.empty()) std::filesystem::create_directories(fo->dir);  // goldens for a new model
             checks::Fixture fx = fo->load(dev, /*need_dir=*/true);
             if (!verify->parsed()) {
               for (const auto& l : checks::update_goldens(fx, dev)) std::cout << l << "\n";

@@ -51,8 +51,7 @@ def main(tinygpt, work):
     if not out.startswith("In the beginning"):
         failures.append("generate --prompt on the directory printed %r" % out[:200])
     # Goldens for this model, then a verify against them: unchanged it passes.
-    goldens = os.path.join(work, "goldens")
-    os.makedirs(goldens)
+    goldens = os.path.join(work, "goldens")  # golden update makes the folder
     run(tinygpt, "golden", "update", "--dir", goldens, "--checkpoint", d, "--threads", "1")
     verify = [tinygpt, "verify", "--dir", goldens, "--tokens", "40", "--checks", "tokens", "--faults", "none", "--threads", "2"]
     out = run(*verify, "--checkpoint", d, "--json", os.path.join(work, "same.json"))
