@@ -7,8 +7,10 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -570,7 +572,7 @@ struct HfTokenizer::Impl {
       }
     }
     std::lock_guard<std::mutex> lock(cache_mutex);
-    cache.emplace(word, ids);
+    if (cache.size() < 200000) cache.emplace(word, ids);  // bounded, as the series' per-chunk cache is
     return ids;
   }
 };
