@@ -586,6 +586,21 @@ at::Tensor exact_probs(GPT& model, const std::vector<int64_t>& seq, const Sampli
   return pipeline_probs(last[0], ids, s).to(at::kCPU, at::kDouble);  // (V)
 }
 
+// What `times` draws after a rejected draft should give, id by id: times x norm(max(0, p - q)) (p, q: (V)
+// double). An id whose p and q are equal but for float arithmetic (p >= 0.999 q) may come after a
+// rejection in an engine that computes them otherwise: it is given a share too small to count, not ruled out.
+std::map<int64_t, double> after_rejection(const at::Tensor& p, const at::Tensor& q, double times) {
+  const at::Tensor pc = p.contiguous(), qc = q.contiguous(), res = (pc - qc).clamp_min(0);  // (V)
+  const double mass = res.sum().item<double>();
+  const double *pv = pc.data_ptr<double>(), *qv = qc.data_ptr<double>(), *rv = res.data_ptr<double>();
+  std::map<int64_t, double> e;
+  for (int64_t y = 0; y < pc.size(0); ++y) {
+    if (mass > 0 && rv[y] > 0) e[y] = times * rv[y] / mass;
+    else if (pv[y] > 0 && pv[y] >= 0.999 * qv[y]) e[y] = 1e-9;
+  }
+  return e;
+}
+
 }  // namespace
 
 void spec_distribution_check(CheckContext& c, CheckResult& r) {
@@ -601,7 +616,7 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   const std::string draft = c.opts.draft && lacks(c, "model").empty() ? "model" : "self";
   if (const std::string why = lacks(c, draft); !why.empty()) return skip(r, why);
   // The exact distributions: the first id's, the second's after each first id, and (with a draft
-  // model) the residual a rejected first draft leaves, norm(max(0, p - q)).
+  // model) the draft's first, whose residual norm(max(0, p - q)) a rejected first draft leaves.
   const at::Tensor p1 = exact_probs(c.model, prompt, s.sampling);  // (V)
   std::map<int64_t, at::Tensor> p2;
   std::map<int64_t, double> e1;
@@ -613,14 +628,10 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
     seq.push_back(x);
     p2[x] = exact_probs(c.model, seq, s.sampling);
   }
-  at::Tensor residual, q1;  // q1 (V): the draft's first distribution, with a draft model
-  double beta = 0;           // the probability that the first draft is rejected
+  at::Tensor q1;  // (V) the draft's first distribution, with a draft model
   if (draft == "model") {
     GPT draft_model = c.opts.draft;
     q1 = exact_probs(draft_model, prompt, s.sampling);
-    residual = (p1 - q1).clamp_min(0);
-    beta = residual.sum().item<double>();
-    if (beta > 0) residual = residual / beta;
   }
   // Draws: enough that the joint's test has kSigmas of power at D = kBias (its cells set its df).
   // The second id's probabilities after each first one, as (y, p) pairs with p > 0.
@@ -640,9 +651,6 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
     }
     return e;
   };
-  std::vector<double> rej_first(static_cast<size_t>(p1.size(0)), 0.0);
-  if (residual.defined())
-    for (int64_t x : support) rej_first[static_cast<size_t>(x)] = residual[x].item<double>();
   // Draws: enough that each position's test - the first id's and the first two's - has kSigmas of power
   // at D = kBias (their cells set their df; the joint's needs more). The test after a rejection runs on
   // the share of draws that have one, its power said as it is.
@@ -677,16 +685,16 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
     ++o12[{run.ids[0], run.ids[1]}];
     drafted += run.drafted, accepted += run.accepted;
     // The first round rejected: from its rounds, or, where the engine gives its counts alone, from a run
-    // with one draft in all (so one round).
-    const bool first_rejected = !run.accepted_per_round.empty() ? run.accepted_per_round[0] == 0
-                                                                : run.drafted == kDistributionK && kDistributionK == 1 && run.accepted == 0;
+    // with one draft in all (so one round). A run that drafted nothing rejected nothing.
+    const bool first_rejected = run.drafted > 0 && (!run.accepted_per_round.empty() ? run.accepted_per_round[0] == 0
+                                                                                    : run.drafted == 1 && run.accepted == 0);
     if (first_rejected && budget == 2) ++rejected, ++orej[run.ids[0]];
     if (first_rejected && budget == 3) ++rejected, ++orej2[{run.ids[0], run.ids[1]}], ++rejected_after[run.ids[0]];
     if (c.progress && N >= 10000 && (i + 1) % (N / 10) == 0)
       c.progress(std::string(check::kSpecDistribution) + ": " + std::to_string(i + 1) + " of " + std::to_string(N) + " draws");
     if (i + 1 == kProbeDraws && drafted == 0 && budget == 2) {
       budget = 3, i = -1;
-      o1.clear(), o12.clear(), orej.clear();
+      o1.clear(), o12.clear(), orej.clear(), rejected = 0;
     }
   }
   if (drafted == 0)  // plain sampling's distribution, nothing speculative judged
@@ -701,18 +709,9 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
   tests.push_back(chi_square("first id", e1n, o1, N));
   tests.push_back(chi_square("first two ids", joint_expected(static_cast<double>(N), [&](int64_t x) { return e1.at(x); }), o12, N));
   std::map<int64_t, at::Tensor> q2;  // runs of three: the draft's second distribution after each first id rejected after
-  if (residual.defined() && rejected > 0 && budget == 2) {
-    // An id whose p and q are equal but for float arithmetic (within 0.1%) may come after a rejection in an
-    // engine that computes them otherwise: it is given a share too small to count, not ruled out.
-    std::map<int64_t, double> er;
-    for (int64_t x : support) {
-      const double px = e1.at(x), qx = q1[x].item<double>();
-      if (rej_first[static_cast<size_t>(x)] > 0) er[x] = rej_first[static_cast<size_t>(x)] * static_cast<double>(rejected);
-      else if (px >= 0.999 * qx) er[x] = 1e-9;
-    }
-    tests.push_back(chi_square("the id after a rejected first draft", er, orej, rejected));
-  }
-  if (draft == "model" && rejected > 0 && budget == 3) {
+  if (q1.defined() && rejected > 0 && budget == 2)
+    tests.push_back(chi_square("the id after a rejected first draft", after_rejection(p1, q1, static_cast<double>(rejected)), orej, rejected));
+  if (q1.defined() && rejected > 0 && budget == 3) {
     // The second id after its draft was rejected, against norm(max(0, p - q)) after the first id each came
     // after (the draws rejected after x, times x's residual); an x we rule out is the first id's test's.
     GPT draft_model = c.opts.draft;
@@ -722,14 +721,7 @@ void spec_distribution_check(CheckContext& c, CheckResult& r) {
       std::vector<int64_t> seq = prompt;
       seq.push_back(x);
       q2[x] = exact_probs(draft_model, seq, s.sampling);
-      const at::Tensor res = (p2.at(x) - q2.at(x)).clamp_min(0);  // (V)
-      const double mass = res.sum().item<double>();
-      const at::Tensor px = p2.at(x).contiguous(), qx = q2.at(x).contiguous(), rx = res.contiguous();
-      const double *pv = px.data_ptr<double>(), *qv = qx.data_ptr<double>(), *rv = rx.data_ptr<double>();
-      for (int64_t y = 0; y < px.size(0); ++y) {
-        if (mass > 0 && rv[y] > 0) er[{x, y}] = static_cast<double>(times) * rv[y] / mass;
-        else if (pv[y] > 0 && pv[y] >= 0.999 * qv[y]) er[{x, y}] = 1e-9;
-      }
+      for (const auto& [y, e] : after_rejection(p2.at(x), q2.at(x), static_cast<double>(times))) er[{x, y}] = e;
     }
     tests.push_back(chi_square("the second id after a rejected draft of it", er, orej2, rejected));
   }
