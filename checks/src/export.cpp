@@ -55,15 +55,17 @@ void export_model(const Checkpoint& ck, GPT& model, const std::string& format, c
   if (format == "safetensors") return write_safetensors_checkpoint(out, ck);
   if (format == "gguf") return write_gguf(out, model);
   if (format == "hf") {
+    // The given tokenizer (no more ids than the model has), else the shipped one where it fits exactly.
     std::string json;
-    const std::string shipped = data_dir() + "/tokenizer.json";
-    if (!tokenizer.empty() || fs::exists(shipped)) {
-      const Tokenizer tok = Tokenizer::load(tokenizer.empty() ? shipped : tokenizer);
-      if (tok.vocab_size() > ck.config.vocab_size && !tokenizer.empty())
+    const bool given = !tokenizer.empty();
+    const std::string path = given ? tokenizer : data_dir() + "/tokenizer.json";
+    if (given || fs::exists(path)) {
+      const Tokenizer tok = Tokenizer::load(path);
+      if (given && tok.vocab_size() > ck.config.vocab_size)
         throw std::invalid_argument(tokenizer + ": " + std::to_string(tok.vocab_size()) + " ids, more than the model's " +
                                     std::to_string(ck.config.vocab_size));
-      if (tok.vocab_size() <= ck.config.vocab_size && (!tokenizer.empty() || tok.vocab_size() == ck.config.vocab_size))
-        json = tok.hf() ? read_text(fs::is_directory(tokenizer) ? tokenizer + "/tokenizer.json" : tokenizer) : tok.to_hf_json();
+      if (given || tok.vocab_size() == ck.config.vocab_size)
+        json = tok.hf() ? read_text(fs::is_directory(path) ? path + "/tokenizer.json" : path) : tok.to_hf_json();
     }
     return write_hf_checkpoint(out, ck, json);
   }

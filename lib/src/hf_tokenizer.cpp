@@ -46,12 +46,17 @@ std::string utf8_of(uint32_t c) {
   return s;
 }
 
+// The bytes of the UTF-8 character that begins with `lead`.
+size_t char_len(char lead) {
+  const auto b = static_cast<unsigned char>(lead);
+  return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
+
 // The code points of valid UTF-8 (the caller checked it), each with its bytes.
 std::vector<std::string> chars_of(const std::string& s) {
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+    const size_t n = char_len(s[i]);
     out.push_back(s.substr(i, n));
     i += n;
   }
@@ -118,8 +123,7 @@ class Regex {
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       if (ov[1] == ov[0]) {  // empty: skip one character
         if (ov[0] >= s.size()) break;
-        const auto b = static_cast<unsigned char>(s[ov[0]]);
-        at = ov[0] + (b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4);
+        at = ov[0] + char_len(s[ov[0]]);
         continue;
       }
       out.emplace_back(ov[0], ov[1]);
@@ -329,20 +333,17 @@ PreTokenize pre_tokenizer_of(const json& j, const std::string& where) {
     if (scheme != "always" && scheme != "first" && scheme != "never")
       throw std::runtime_error(where + ": Metaspace prepend_scheme " + json(scheme).dump() + " is not always, first or never");
     const bool split = flag(j, "split", true);
-    return [rep, scheme, split](std::vector<Piece> in) {
+    const Pattern space{" ", nullptr}, marker{rep, nullptr};
+    return [rep, scheme, split, space, marker](std::vector<Piece> in) {
       std::vector<Piece> out;
-      Pattern r;
-      r.literal = rep;
       for (Piece& p : in) {
-        Pattern space;
-        space.literal = " ";
         p.text = replace_all(p.text, space, rep);
         if (p.text.rfind(rep, 0) != 0 && (scheme == "always" || (scheme == "first" && p.at_start))) p.text = rep + p.text;
         if (!split) {
           out.push_back(p);
           continue;
         }
-        for (Piece& q : split_piece(p, r, Behavior::MergedWithNext, false)) out.push_back(std::move(q));
+        for (Piece& q : split_piece(p, marker, Behavior::MergedWithNext, false)) out.push_back(std::move(q));
       }
       return out;
     };
@@ -373,9 +374,6 @@ PreTokenize pre_tokenizer_of(const json& j, const std::string& where) {
 
 using Decode = std::function<std::vector<std::string>(std::vector<std::string>)>;
 
-// Python's bytes.decode("utf-8", "replace"), which Rust's from_utf8_lossy matches.
-std::string lossy(const std::string& bytes) { return Tokenizer::utf8_replace(bytes); }
-
 Decode decoder_of(const json& j, const std::string& where) {
   if (j.is_null()) return nullptr;
   const std::string t = type_of(j, where);
@@ -388,7 +386,7 @@ Decode decoder_of(const json& j, const std::string& where) {
           if (it != byte_table().to_byte.end()) bytes += static_cast<char>(it->second);
           else bytes += ch;
         }
-      return std::vector<std::string>{lossy(bytes)};
+      return std::vector<std::string>{Tokenizer::utf8_replace(bytes)};  // Rust's from_utf8_lossy, as Python's "replace"
     };
   }
   if (t == "Replace") {
@@ -665,12 +663,7 @@ HfTokenizer& HfTokenizer::operator=(HfTokenizer&&) noexcept = default;
 
 int64_t HfTokenizer::vocab_size() const { return static_cast<int64_t>(impl_->token_of.size()); }
 
-int64_t HfTokenizer::id_of(const std::string& token) const {
-  for (const auto& a : impl_->added)
-    if (a.content == token) return a.id;
-  const auto it = impl_->vocab.find(token);
-  return it == impl_->vocab.end() ? -1 : it->second;
-}
+const std::string& byte_level_char(unsigned char b) { return byte_table().to_char[b]; }
 
 std::string HfTokenizer::describe() const {
   const Impl& m = *impl_;
@@ -696,16 +689,17 @@ std::vector<int64_t> HfTokenizer::encode(const std::string& input) const {
       if (input.compare(at, a.content.size(), a.content) != 0) continue;
       if (a.single_word) {
         const size_t end = at + a.content.size();
-        auto before_ok = at == 0 || !word_char(chars_of(input.substr(0, at)).back());
-        auto after_ok = end >= input.size() || !word_char(chars_of(input.substr(end)).front());
+        size_t prev = at > 0 ? at - 1 : 0;  // where the character before begins: back over its continuation bytes
+        while (prev > 0 && (static_cast<unsigned char>(input[prev]) & 0xC0) == 0x80) --prev;
+        const bool before_ok = at == 0 || !word_char(input.substr(prev, at - prev));
+        const bool after_ok = end >= input.size() || !word_char(chars_of(input.substr(end, 4)).front());
         if (!before_ok || !after_ok) continue;
       }
       hit = &a;
       break;
     }
     if (!hit) {
-      const auto b = static_cast<unsigned char>(input[at]);
-      at += b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+      at += char_len(input[at]);
       continue;
     }
     size_t start = at, end = at + hit->content.size();

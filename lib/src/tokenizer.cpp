@@ -116,17 +116,9 @@ void Tokenizer::save(const std::string& path) const {
 
 std::string Tokenizer::to_hf_json() const {
   if (hf_) throw std::logic_error("tokenizer: already the tokenizers library's format");
-  // GPT-2's byte-to-character table (what ByteLevel maps bytes through).
-  std::string to_char[256];
-  for (int b = 0, n = 0; b < 256; ++b) {
-    const bool kept = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    const uint32_t c = kept ? static_cast<uint32_t>(b) : static_cast<uint32_t>(256 + n++);
-    to_char[b] = c < 0x80 ? std::string(1, static_cast<char>(c))
-                          : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
-  }
-  auto token = [&](int64_t id) {
+  auto token = [&](int64_t id) {  // the id's bytes through ByteLevel's map
     std::string t;
-    for (unsigned char b : bytes_[static_cast<size_t>(id)]) t += to_char[b];
+    for (unsigned char b : bytes_[static_cast<size_t>(id)]) t += byte_level_char(b);
     return t;
   };
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object(), merges = nlohmann::ordered_json::array();

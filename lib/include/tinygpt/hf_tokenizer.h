@@ -44,8 +44,6 @@ class HfTokenizer {
   std::string decode(const std::vector<int64_t>& ids) const;
   // One more than the largest id of the vocabulary and the added tokens.
   int64_t vocab_size() const;
-  // The id of a token's text, or -1 (an added token or a vocabulary entry).
-  int64_t id_of(const std::string& token) const;
   // One line: the model and its pieces ("BPE, byte-level, 50,257 ids, 1 added token").
   std::string describe() const;
 
@@ -53,5 +51,9 @@ class HfTokenizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// GPT-2's byte-level alphabet (the ByteLevel pre-tokenizer's): the character, as UTF-8, that byte `b`
+// stands for - printable bytes themselves, the others 256 + n in order.
+const std::string& byte_level_char(unsigned char b);
 
 }  // namespace tinygpt

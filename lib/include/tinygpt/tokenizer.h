@@ -59,7 +59,7 @@ class Tokenizer {
   const std::vector<std::pair<int64_t, int64_t>>& merges() const { return merges_; }
   // The Hugging Face tokenizer this one reads through, or nullptr for the series' own.
   const HfTokenizer* hf() const { return hf_.get(); }
-  // One line for reports: "the series' byte-level BPE, 2,048 ids" or the Hugging Face tokenizer's own.
+  // One line naming it: "the series' byte-level BPE, 4096 ids", or the Hugging Face tokenizer's own.
   std::string describe() const;
 
   // The series' split, exposed for tests: text -> chunks.
