@@ -1,13 +1,13 @@
 #include "cli_common.h"
 
 #include <cmath>
+#include <filesystem>
 
 #include <ATen/ATen.h>
 #include <sstream>
 #include <stdexcept>
 
 #include "tinygpt/device.h"
-#include <filesystem>
 #include "tinygpt/tokenizer.h"
 
 namespace tinygpt::cli {
@@ -89,6 +89,10 @@ std::vector<int64_t> prompt_ids(const std::string& ids, const std::string& promp
   if (out.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
   return out;
 }
+
+const char* const kTokenizerHelp =
+    "tokenizer.json for --prompt: the series' or a Hugging Face directory's own (default: the --checkpoint\n"
+    "directory's tokenizer.json, where there is one)";
 
 std::string tokenizer_for(const std::string& given, const std::string& checkpoint) {
   if (!given.empty()) return given;

@@ -52,6 +52,8 @@ std::vector<int64_t> prompt_ids(const std::string& ids, const std::string& promp
 // The tokenizer to read: `given` (--tokenizer), or else the tokenizer.json in the --checkpoint
 // directory where there is one (a Hugging Face directory's own), or else "".
 std::string tokenizer_for(const std::string& given, const std::string& checkpoint);
+// The --tokenizer option's help where --prompt uses it (tokenizer_for's default said).
+extern const char* const kTokenizerHelp;
 // ids repeated over `batch` rows: (batch, n) int64 on `device`.
 at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device);
 // One row of ids as "a,b,c".

@@ -35,10 +35,7 @@ struct CheckOptions {
 void add_check_options(CLI::App* cmd, CheckOptions& o) {
   cmd->add_option("--ids", o.ids, "prompt as comma-separated token ids")->capture_default_str();
   cmd->add_option("--prompt", o.prompt, "prompt text instead of --ids (needs a tokenizer)");
-  cmd->add_option("--tokenizer", o.tokenizer,
-                  "tokenizer.json for --prompt: the series' or a Hugging Face directory's own (default: the --checkpoint\n"
-                  "directory's tokenizer.json, where there is one)")
-      ->check(CLI::ExistingPath);
+  cmd->add_option("--tokenizer", o.tokenizer, cli::kTokenizerHelp)->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o.tokens, "greedy tokens to generate")->capture_default_str()->check(kPositive);
   cmd->add_option("--batch", o.batch, "rows (row b uses the prompt shifted by b ids, so rows differ)")
       ->capture_default_str()->check(kPositive);

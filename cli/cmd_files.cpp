@@ -40,8 +40,8 @@ Command add_export(CLI::App& app) {
       "python3-torch), pt or\n"
       "safetensors, or hf: a zoo member (--checkpoint golden/zoo/NAME/model.safetensors) as a Hugging Face\n"
       "directory transformers loads as its own class (config.json + model.safetensors + tokenizer.json in the\n"
-      "tokenizers library's format; a knob the class cannot carry is refused by name), or transformers-js: the onnx graph in the folder transformers.js loads. Defaults\n"
-      "to the shipped fixture. Writes atomically.");
+      "tokenizers library's format; a knob the class cannot carry is refused by name), or transformers-js: the\n"
+      "onnx graph in the folder transformers.js loads. Defaults to the shipped fixture. Writes atomically.");
   cmd->add_option("--format", o->format, "gguf, onnx, pt, safetensors, hf or transformers-js")->required()
       ->check(CLI::IsMember(checks::export_formats()));
   cmd->add_option("OUT", o->out, "output file")->required();

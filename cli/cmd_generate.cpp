@@ -42,10 +42,7 @@ Command add_generate(CLI::App& app) {
       "generate", "Generate tokens, cached (default) or uncached, greedy unless sampling options are given");
   cmd->add_option("--ids", o->ids, "prompt as comma-separated token ids")->capture_default_str();
   cmd->add_option("--prompt", o->prompt, "prompt text (needs a tokenizer); prints text");
-  cmd->add_option("--tokenizer", o->tokenizer,
-                  "tokenizer.json: the series' or a Hugging Face directory's own (default: the --checkpoint directory's\n"
-                  "tokenizer.json, where there is one)")
-      ->check(CLI::ExistingPath);
+  cmd->add_option("--tokenizer", o->tokenizer, kTokenizerHelp)->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(kPositive);
   cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
