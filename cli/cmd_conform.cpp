@@ -1,8 +1,13 @@
 // `tinygpt conform`: parses, calls checks::run_conform, prints. The protocol is docs/protocol.md.
 #include <ATen/ATen.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <iostream>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cli_common.h"
 #include "model_source.h"
@@ -19,9 +24,32 @@ namespace {
 struct Opts {
   checks::ConformOptions conform;
   std::string json, junit;
+  std::vector<std::string> batch_sizes;  // "1-8", "16", ...: expanded into conform.batch_sizes
   RunOptions run;
   ReportFiles report;
 };
+
+// --batch-sizes' items, each N or A-B, as the ascending sizes they name.
+std::vector<int64_t> batch_sizes_from(const std::vector<std::string>& items) {
+  std::vector<int64_t> sizes;
+  for (const std::string& item : items) {
+    int64_t a = 0, b = 0;
+    char dash = 0, rest = 0;
+    const int n = std::sscanf(item.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &a, &dash, &b, &rest);
+    if (n == 1)
+      b = a;
+    else if (n != 3 || dash != '-')
+      throw std::invalid_argument("--batch-sizes: '" + item + "' is not a size or a range A-B");
+    if (a < 1 || b < a) throw std::invalid_argument("--batch-sizes: '" + item + "' is not a size >= 1 or a range A-B with 1 <= A <= B");
+    for (int64_t s = a; s <= b; ++s) {
+      if (!sizes.empty() && s <= sizes.back())
+        throw std::invalid_argument("--batch-sizes: the sizes must be ascending, each once ('" + item + "' after " +
+                                    std::to_string(sizes.back()) + ")");
+      sizes.push_back(s);
+    }
+  }
+  return sizes;
+}
 
 }  // namespace
 
@@ -80,6 +108,10 @@ Command add_conform(CLI::App& app) {
                 "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
   cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,
                 "fail batch-sizes on any difference between a row in a batch and the row alone (default: only over the tolerance)");
+  cmd->add_option("--batch-sizes", o->batch_sizes,
+                  "the batch sizes the batch-sizes row runs, ascending, sizes and ranges (default 1-8,15-17,31-33: where kernels\n"
+                  "and captured graphs change shape at 16 and 32; name the engine's own bucket edges, e.g. 1-4,8,16,24,32,64)")
+      ->delimiter(',');
   cmd->add_flag("--require-thread-invariance", c.require_thread_invariance,
                 "fail thread-counts on any difference between the run at 1 thread and at 2 or every core (default: only over "
                 "the tolerance; the engine must offer the threads operation)");
@@ -110,6 +142,7 @@ Command add_conform(CLI::App& app) {
   return {cmd, [o, zoo] {
             apply_run_options(o->run);
             auto& c = o->conform;
+            c.batch_sizes = batch_sizes_from(o->batch_sizes);
             if (!zoo->empty()) c.checkpoint = zoo_member_dir(*zoo) + "/model.safetensors";
             checks::conform_selection(c.groups, c.deep);  // an unknown group is bad input, before the engine starts
             c.progress = [](const std::string& s) { std::cerr << ("conform: " + s + "\n"); };

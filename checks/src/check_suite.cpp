@@ -136,6 +136,11 @@ void validate(const EquivalenceOptions& opts) {
   if (opts.self_stride < 0) throw std::invalid_argument("equivalence: self stride must be >= 0 (0: the default choice of steps)");
   if (t.max_kl && !(*t.max_kl > 0)) throw std::invalid_argument("--max-kl must be > 0");
   if (t.min_top1 && !(*t.min_top1 > 0 && *t.min_top1 <= 1)) throw std::invalid_argument("--min-top1 must be in (0, 1]");
+  for (int64_t b : opts.batch_sizes)
+    if (b < 1) throw std::invalid_argument("--batch-sizes: every size must be >= 1 (got " + std::to_string(b) + ")");
+  if (!std::is_sorted(opts.batch_sizes.begin(), opts.batch_sizes.end()) ||
+      std::adjacent_find(opts.batch_sizes.begin(), opts.batch_sizes.end()) != opts.batch_sizes.end())
+    throw std::invalid_argument("--batch-sizes: the sizes must be ascending, each once");
   if (opts.spec_draws < 0) throw std::invalid_argument("equivalence: the distribution row's draws must be >= 0 (0: its sized count)");
 }
 
@@ -154,6 +159,10 @@ std::string options_key(const EquivalenceOptions& o) {
     << o.long_tokens << " reset " << o.reset_tokens << " serving " << o.serving_tokens << " self " << o.self_stride << " invariance "
     << o.require_batch_invariance << o.require_thread_invariance << " threads";
   for (int t : o.thread_counts) s << " " << t;
+  if (!o.batch_sizes.empty()) {  // absent when default: the keys of the documented runs are unchanged
+    s << " batch-sizes";
+    for (int64_t b : o.batch_sizes) s << " " << b;
+  }
   if (o.variation) s << " vary " << o.variation;  // absent at 0: the keys of the documented runs are unchanged
   if (o.draft) {
     GPT d = o.draft;

@@ -698,6 +698,23 @@ TEST_F(Harness, BatchInvarianceFailsOnlyWhenRequired) {
   EXPECT_EQ(judged.checks[0].status, worst > 0 ? Status::Fail : Status::Pass) << judged.checks[0].detail;
 }
 
+// --batch-sizes: the row runs the sizes asked and no others; sizes none of which the target takes skip it.
+TEST_F(Harness, BatchSizesRunsTheSizesAsked) {
+  EquivalenceOptions o = opts;
+  o.batch_sizes = {2, 5};
+  ModelTarget t(model, cache_registry().get("rolling"));
+  const auto r = run_checks(model, o, t, {"batch-sizes"}).checks[0];
+  ASSERT_EQ(r.status, Status::Pass) << r.detail;
+  std::set<std::string> keys;
+  for (const auto& [k, v] : r.stats) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"invariance_b2", "invariance_b5"}));
+  EXPECT_NE(r.detail.find("batch sizes 2,5,"), std::string::npos) << r.detail;
+  o.batch_sizes = {5, 2};
+  EXPECT_THROW(validate(o), std::invalid_argument);
+  o.batch_sizes = {0, 2};
+  EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
 // The check table: every check written once, named once; conform and equivalence run its rows.
 TEST(CheckTable, NamesAreUniqueAndEveryRowIsComplete) {
   const auto names = check_names();

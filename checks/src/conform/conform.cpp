@@ -231,6 +231,7 @@ EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cf
   eo.self_stride = o.self_stride;
   eo.variation = o.variation;
   eo.require_batch_invariance = o.require_batch_invariance;
+  eo.batch_sizes = o.batch_sizes;
   eo.require_thread_invariance = o.require_thread_invariance;
   // The batch check's rows: prompts this many ids apart (the stride engines have been checked with).
   constexpr int64_t kEngineBatchStride = 11;

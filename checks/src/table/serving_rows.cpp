@@ -344,11 +344,17 @@ std::string ranges_text(const std::vector<int64_t>& v) {
 // failure otherwise), and how far from bitwise identical, measured per batch size.
 void batch_sizes_check(CheckContext& c, CheckResult& r) {
   constexpr int64_t kSteps = 16;
-  const int64_t kMaxBatch = kBatchSizes.back();
+  const std::vector<int64_t>& asked = c.opts.batch_sizes.empty() ? kBatchSizes : c.opts.batch_sizes;
+  const int64_t kMaxBatch = asked.back();
   std::vector<int64_t> sizes;
   const int64_t limit = c.target.max_rows() > 0 ? c.target.max_rows() : kMaxBatch;  // an engine's own batch limit
-  for (int64_t B : kBatchSizes)
+  for (int64_t B : asked)
     if (B <= limit) sizes.push_back(B);
+  if (sizes.empty()) {
+    r.status = Status::Skipped;
+    r.detail = "skipped: the target takes at most " + std::to_string(limit) + " rows, fewer than every batch size asked (" + ranges(asked) + ")";
+    return;
+  }
   const int64_t most = sizes.back();
   const int64_t V = c.model->config().vocab_size, n = std::min<int64_t>(c.opts.tokens, kSteps);
   const at::Tensor base = c.opts.prompt.narrow(0, 0, 1);

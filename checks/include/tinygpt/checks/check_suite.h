@@ -52,6 +52,9 @@ struct EquivalenceOptions {
   // batch-sizes fails on any difference between a row in a batch and the row alone, not only on one
   // over the tolerance.
   bool require_batch_invariance = false;
+  // batch-sizes: the batch sizes it runs, ascending (empty: 1-8, 15-17 and 31-33, where engines' kernels and
+  // captured graphs change shape at 16 and 32). Sizes past the target's own row limit are left out, saying so.
+  std::vector<int64_t> batch_sizes;
   // thread-counts: the counts it runs at (empty: 1, 2 and the cores available), and whether any
   // difference from the first count fails, not only one over the tolerance.
   std::vector<int> thread_counts;

@@ -45,6 +45,7 @@ struct ConformOptions {
   Tolerances tolerance;
   int64_t self_stride = 0;  // the self check prefills every self_stride-th in-window step (and the last); 0: its default choice
   bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
+  std::vector<int64_t> batch_sizes;       // batch-sizes' sizes, ascending (empty: EquivalenceOptions' default)
   bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
   // After a run with failing model rows: match them against the fault catalogue on our model (diagnose.h).
   bool diagnose = false;
