@@ -81,9 +81,7 @@ std::vector<int64_t> prompt_ids(const std::string& ids, const std::string& promp
                                 int64_t vocab) {
   if (!prompt.empty() && !tok)
     throw std::invalid_argument("--prompt needs --tokenizer (or a --checkpoint directory holding tokenizer.json)");
-  if (tok && (tok->hf() ? tok->vocab_size() > vocab : tok->vocab_size() != vocab))
-    throw std::invalid_argument("tokenizer vocab " + std::to_string(tok->vocab_size()) + (tok->hf() ? " > model vocab " : " != model vocab ") +
-                                std::to_string(vocab));
+  if (tok) tok->check_serves(vocab, "--tokenizer");
   if (prompt.empty()) return parse_ids(ids, vocab, "--ids");
   auto out = tok->encode(prompt);
   if (out.empty()) throw std::invalid_argument("--prompt encodes to no tokens");
@@ -109,11 +107,14 @@ at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Devic
 
 std::string join_ids(const at::Tensor& row) {
   at::Tensor r = row.to(at::kCPU).contiguous();
+  return join_ids(std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()));
+}
+
+std::string join_ids(const std::vector<int64_t>& ids) {
   std::string s;
-  const int64_t* p = r.data_ptr<int64_t>();
-  for (int64_t i = 0; i < r.numel(); ++i) {
+  for (size_t i = 0; i < ids.size(); ++i) {
     if (i) s += ',';
-    s += std::to_string(p[i]);
+    s += std::to_string(ids[i]);
   }
   return s;
 }

@@ -58,5 +58,6 @@ extern const char* const kTokenizerHelp;
 at::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t batch, c10::Device device);
 // One row of ids as "a,b,c".
 std::string join_ids(const at::Tensor& row);
+std::string join_ids(const std::vector<int64_t>& ids);
 
 }  // namespace tinygpt::cli

@@ -1,14 +1,19 @@
 // `tinygpt generate`: cached or uncached generation. With --tokenizer and --prompt it prints text,
 // otherwise one line of new ids per batch row.
 #include <ATen/ATen.h>
+
+#include <algorithm>
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "tinygpt/checks/cache_registry.h"
 #include "cli_common.h"
 #include "commands.h"
 #include "model_source.h"
+#include "tinygpt/errors.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/hf_checkpoint.h"
 #include "tinygpt/sampler.h"
 #include "tinygpt/tokenizer.h"
 
@@ -23,6 +28,7 @@ struct GenerateOptions {
   int64_t batch = 1;
   bool uncached = false;
   std::string cache;  // "": static for the seed's architecture, rolling for a model with SPEC 10's knobs
+  std::string stop;   // "": the checkpoint directory's eos ids; "none"; or ids
   SamplingSettings sampling{0.0, 0, 1.0, 1.0};  // greedy unless told otherwise
   uint64_t seed = 1;
 };
@@ -45,6 +51,9 @@ Command add_generate(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, kTokenizerHelp)->check(CLI::ExistingPath);
   cmd->add_option("--tokens", o->tokens, "new tokens to generate")->capture_default_str()->check(kNonNegative);
   cmd->add_option("--batch", o->batch, "rows, each with the same prompt")->capture_default_str()->check(kPositive);
+  cmd->add_option("--stop", o->stop,
+                  "ids that end a row, comma-separated (the id is printed), or none (default: a Hugging Face directory's\n"
+                  "eos_token_id from generation_config.json, else config.json; otherwise none)");
   cmd->add_flag("--uncached", o->uncached, "use the uncached reference loop instead of the KV cache");
   cmd->add_option("--cache", o->cache,
                   "cache implementation: static (fastest; the default), rolling (the series'; the default for a model\n"
@@ -68,22 +77,37 @@ Command add_generate(CLI::App& app) {
             if (static_cast<int64_t>(ids.size()) > ctx)
               std::cerr << "generate: note: the prompt has " << ids.size() << " ids, more than the context of " << ctx
                         << ": the model sees its last " << ctx << " (SPEC 4); the output keeps the whole prompt\n";
+            std::vector<int64_t> stop;
+            if (o->stop.empty()) {
+              if (is_hf_directory(o->model.checkpoint)) stop = read_hf_stop_ids(o->model.checkpoint);
+              for (int64_t id : stop)
+                if (id >= model->config().vocab_size)
+                  throw InputError(o->model.checkpoint + ": eos_token_id " + std::to_string(id) + " is past the model's vocabulary of " +
+                                   std::to_string(model->config().vocab_size));
+              if (!stop.empty())
+                std::cerr << "generate: a row ends at eos id " << join_ids(stop) << " (the directory's; --stop none runs every token)\n";
+            } else if (o->stop != "none") {
+              stop = parse_ids(o->stop, model->config().vocab_size, "--stop");
+            }
             const TokenChooser choose = sampler(o->sampling, make_generator(dev, o->seed));
             at::Tensor out;
             if (o->uncached) {
               out = generate_uncached(model, prompt, o->tokens, choose);
             } else {
               checks::Decoder d = variant.decoder(model->config());
-              out = generate_cached(model, prompt, o->tokens, choose, *d.cache, d.path);
+              out = generate_cached(model, prompt, o->tokens, choose, *d.cache, d.path, {}, stop);
             }
+            const int64_t T0 = prompt.size(1);
             for (int64_t b = 0; b < out.size(0); ++b) {
-              if (tok && !o->prompt.empty()) {
-                at::Tensor r = out[b].to(at::kCPU).contiguous();
-                std::cout << tok->decode(std::vector<int64_t>(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel()))
-                          << "\n";
-              } else {
-                std::cout << join_ids(out[b].narrow(0, prompt.size(1), o->tokens)) << "\n";
-              }
+              const at::Tensor r = out[b].to(at::kCPU).contiguous();  // (T0 + m,)
+              std::vector<int64_t> row(r.data_ptr<int64_t>(), r.data_ptr<int64_t>() + r.numel());
+              for (size_t i = T0; i < row.size(); ++i)  // the row ends at its first stop id
+                if (std::find(stop.begin(), stop.end(), row[i]) != stop.end()) {
+                  row.resize(i + 1);
+                  break;
+                }
+              if (tok && !o->prompt.empty()) std::cout << tok->decode(row) << "\n";
+              else std::cout << join_ids(std::vector<int64_t>(row.begin() + T0, row.end())) << "\n";
             }
             return int(kOk);
           }};

@@ -131,9 +131,7 @@ Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer
   fx.dir = golden_dir;
   fx.model = load_checkpoint(checkpoint, device);
   fx.tokenizer = Tokenizer::load(tokenizer);
-  if (fx.tokenizer.vocab_size() != fx.model->config().vocab_size)
-    throw std::invalid_argument(tokenizer + ": vocabulary " + std::to_string(fx.tokenizer.vocab_size()) + " != the model's " +
-                                std::to_string(fx.model->config().vocab_size));
+  fx.tokenizer.check_serves(fx.model->config().vocab_size, tokenizer);
   const fs::path draft = fs::path(golden_dir) / "draft.safetensors";
   if (!golden_dir.empty() && fs::exists(draft)) {
     GPT d = load_checkpoint(draft.string(), device);

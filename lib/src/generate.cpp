@@ -86,7 +86,8 @@ at::Tensor generate_uncached(GPT& model, const at::Tensor& idx, int64_t n_tokens
 }
 
 at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, const TokenChooser& choose,
-                           KVCache& cache, const DecodePath& path, const StepObserver& observe) {
+                           KVCache& cache, const DecodePath& path, const StepObserver& observe,
+                           const std::vector<int64_t>& stop) {
   check_request(model, idx, n_tokens);
   if (n_tokens == 0) return idx;
   at::NoGradGuard no_grad;
@@ -102,11 +103,20 @@ at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens, 
   at::Tensor logits = decode_step(*model, idx.narrow(1, s0, w), cache, /*start=*/0, path);  // (B, V)
   int64_t fed = w;  // tokens fed so far: the decode position, never wrapped (SPEC 4)
   at::Tensor bad;   // on a GPU: whether the chooser ever returned an id out of range
+  const at::Tensor stops = at::tensor(stop, at::kLong).to(idx.device());  // (S,)
+  at::Tensor ended = at::zeros({seq.size(0)}, idx.options().dtype(at::kBool));  // (B,): a stop id chosen
   for (int64_t i = 0; i < n_tokens; ++i) {
     if (observe) observe(i, logits);
     const int64_t L = T0 + i;
     at::Tensor next = next_ids(choose(logits, schedule.history(seq.narrow(1, 0, L), T0)), seq.size(0), V, bad);  // (B, 1)
     seq.narrow(1, L, 1).copy_(next);
+    if (!stop.empty()) {
+      ended = ended | next.view({-1, 1}).eq(stops.view({1, -1})).any(1);
+      if (ended.all().item<bool>()) {
+        throw_if_bad(bad, V);
+        return seq.narrow(1, 0, L + 1);
+      }
+    }
     if (i + 1 < n_tokens) logits = decode_step(*model, next, cache, schedule.position(fed++, ctx), path);
   }
   throw_if_bad(bad, V);

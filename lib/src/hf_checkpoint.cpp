@@ -280,6 +280,29 @@ bool is_hf_directory(const std::string& path) {
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / "config.json", ec);
 }
 
+std::vector<int64_t> read_hf_stop_ids(const std::string& dir) {
+  for (const char* file : {"generation_config.json", "config.json"}) {
+    const fs::path p = fs::path(dir) / file;
+    if (!fs::exists(p)) continue;
+    json j;
+    try {
+      std::ifstream in(p);
+      j = json::parse(in);
+    } catch (const std::exception& e) {
+      fail(dir, std::string(file) + " is not JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
+    const json& e = j["eos_token_id"];
+    std::vector<int64_t> ids;
+    for (const json& v : e.is_array() ? e : json::array({e})) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(dir, std::string(file) + ": eos_token_id " + e.dump() + " is not an id or a list of ids");
+      ids.push_back(v.get<int64_t>());
+    }
+    return ids;
+  }
+  return {};
+}
+
 Checkpoint read_hf_checkpoint(const std::string& dir) {
   if (!is_hf_directory(dir)) fail(dir, "not a Hugging Face checkpoint directory (no config.json)");
   json j;

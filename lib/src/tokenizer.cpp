@@ -102,6 +102,12 @@ Tokenizer Tokenizer::load(const std::string& given) {
 
 int64_t Tokenizer::vocab_size() const { return hf_ ? hf_->vocab_size() : 256 + static_cast<int64_t>(merges_.size()); }
 
+void Tokenizer::check_serves(int64_t model_vocab, const std::string& what) const {
+  if (hf_ ? vocab_size() <= model_vocab : vocab_size() == model_vocab) return;
+  throw std::invalid_argument(what + ": vocabulary " + std::to_string(vocab_size()) + (hf_ ? " > the model's " : " != the model's ") +
+                              std::to_string(model_vocab));
+}
+
 std::string Tokenizer::describe() const {
   return hf_ ? hf_->describe() : "the series' byte-level BPE, " + std::to_string(vocab_size()) + " ids";
 }

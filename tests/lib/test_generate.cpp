@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "tinygpt/attention_policy.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/graph_step.h"
@@ -85,6 +87,33 @@ TEST_F(Generate, CachedStepsEqualTheBandedReferencePastTheWindow) {
   at::Tensor window = seq.narrow(1, seq.size(1) - cfg.context, cfg.context);
   at::Tensor plain = model->forward(window).select(1, cfg.context - 1);
   EXPECT_GT((plain - ref.select(1, seq.size(1) - 1)).abs().max().item<double>(), 1e-4);
+}
+
+// Stop ids end the loop once every row has chosen one: the rows are the run without stops, cut at
+// the step where the last row stopped (a row that stopped first went on).
+TEST_F(Generate, StopIdsEndTheLoopOnceEveryRowHasOne) {
+  const at::Tensor prompt = at::tensor({1, 2, 3, 4, 5, 6}, at::kLong).view({2, 3});  // (2, 3)
+  RollingKVCache cache(cfg);
+  const at::Tensor full = generate_cached(model, prompt, 40, greedy(), cache);  // (2, 43)
+  // Row 0's id at step 5 and row 1's at step 11 (each the first time it appears in its row).
+  auto first_at = [&](int64_t row, int64_t id) {
+    for (int64_t i = 3; i < full.size(1); ++i)
+      if (full[row][i].item<int64_t>() == id) return i;
+    return int64_t{-1};
+  };
+  const int64_t a = full[0][3 + 5].item<int64_t>(), b = full[1][3 + 11].item<int64_t>();
+  const at::Tensor cut = generate_cached(model, prompt, 40, greedy(), cache, {}, {}, {a, b});
+  // The loop ends where both rows have met a stop id: the later of each row's first stop.
+  auto first_stop = [&](int64_t row) {
+    const int64_t x = first_at(row, a), y = first_at(row, b);
+    return x < 0 ? y : y < 0 ? x : std::min(x, y);
+  };
+  const int64_t last = std::max(first_stop(0), first_stop(1));
+  ASSERT_GT(last, 0);
+  ASSERT_EQ(cut.size(1), last + 1);
+  EXPECT_TRUE(cut.equal(full.narrow(1, 0, last + 1)));
+  // An id no row chooses: every step runs.
+  EXPECT_EQ(generate_cached(model, prompt, 40, greedy(), cache, {}, {}, {cfg.vocab_size + 7}).size(1), 43);
 }
 
 TEST_F(Generate, ChooserReceivesTheWholeHistory) {

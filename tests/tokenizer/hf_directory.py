@@ -50,6 +50,28 @@ def main(tinygpt, work):
     out = run(tinygpt, "generate", "--checkpoint", d, "--prompt", "In the beginning", "--tokens", "8", "--threads", "1")
     if not out.startswith("In the beginning"):
         failures.append("generate --prompt on the directory printed %r" % out[:200])
+    # Stop ids: the directory's generation_config.json ends a row at its eos id (the id printed), --stop none
+    # runs every token, and an eos id past the vocabulary is refused naming the file's value.
+    ids = run(tinygpt, "generate", "--checkpoint", d, "--ids", "1,2,3", "--tokens", "12", "--threads", "1").split(",")
+    eos = ids[4]
+    k = ids.index(eos)
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": int(eos)}, f)
+    said = run(tinygpt, "generate", "--checkpoint", d, "--ids", "1,2,3", "--tokens", "12", "--threads", "1").strip().splitlines()
+    stopped = said[-1]
+    if "a row ends at eos id %s (the directory's" % eos not in said[0]:
+        failures.append("generate did not say where its stop ids came from: %s" % said[0])
+    if stopped != ",".join(ids[:k + 1]).strip():
+        failures.append("generate with eos %s: printed %s, expected %s" % (eos, stopped, ",".join(ids[:k + 1])))
+    whole = run(tinygpt, "generate", "--checkpoint", d, "--ids", "1,2,3", "--tokens", "12", "--stop", "none", "--threads", "1")
+    if whole.strip().split(",") != [i.strip() for i in ids]:
+        failures.append("generate --stop none: printed %s, expected every one of %s" % (whole.strip(), ",".join(ids)))
+    with open(os.path.join(d, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [int(eos), 999999]}, f)
+    out = run(tinygpt, "generate", "--checkpoint", d, "--ids", "1,2,3", "--tokens", "4", "--threads", "1", expect=2)
+    if "eos_token_id 999999 is past the model's vocabulary" not in out:
+        failures.append("an eos id past the vocabulary: " + out[-300:])
+    os.remove(os.path.join(d, "generation_config.json"))
     # Goldens for this model, then a verify against them: unchanged it passes.
     goldens = os.path.join(work, "goldens")  # golden update makes the folder
     run(tinygpt, "golden", "update", "--dir", goldens, "--checkpoint", d, "--threads", "1")

@@ -57,8 +57,10 @@ at::Tensor generate_uncached(GPT& model, const at::Tensor& idx, int64_t n_tokens
 
 // Prefill with the last `context` tokens, then one-token decode steps at growing positions.
 // Starts a new sequence (resets the cache) first. idx (B, T0) int64 -> (B, T0 + n_tokens).
+// With `stop` ids, the loop ends early once every row has chosen one of them: (B, T0 + m), m <= n_tokens,
+// where a row that stopped first went on choosing (cut it at its first stop id).
 at::Tensor generate_cached(GPT& model, const at::Tensor& idx, int64_t n_tokens,
                            const TokenChooser& choose, KVCache& cache, const DecodePath& path = {},
-                           const StepObserver& observe = {});
+                           const StepObserver& observe = {}, const std::vector<int64_t>& stop = {});
 
 }  // namespace tinygpt

@@ -8,7 +8,9 @@
 // kept as transformers' halves (rope_pairing halves) rather than permuting rows.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tinygpt/checkpoint.h"
 
@@ -21,6 +23,10 @@ bool is_hf_directory(const std::string& path);
 // whose value no knob expresses (named, with its value), a missing model.safetensors or shard, a
 // tensor missing or of the wrong shape. Never approximates.
 Checkpoint read_hf_checkpoint(const std::string& dir);
+
+// The ids generation stops at: generation_config.json's eos_token_id (an id or a list), else config.json's;
+// empty where neither names one. InputError for a value that is not an id or a list of ids.
+std::vector<int64_t> read_hf_stop_ids(const std::string& dir);
 
 // The inverse: `ck` (our names; its config a member of the five) as a Hugging Face directory `dir`
 // (config.json + model.safetensors, float32) that transformers loads as that class: the class chosen

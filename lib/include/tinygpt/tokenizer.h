@@ -55,6 +55,10 @@ class Tokenizer {
   std::string decode(const std::vector<int64_t>& ids) const;
 
   int64_t vocab_size() const;
+  // Whether this tokenizer serves a model of `model_vocab` ids: the series' exactly as many; a Hugging Face
+  // one at most as many (embedding matrices are padded past the tokenizer's ids: Qwen3's 151,936 rows for
+  // 151,669 ids). Throws std::invalid_argument naming both counts, prefixed with `what`, where it does not.
+  void check_serves(int64_t model_vocab, const std::string& what) const;
   // The series' merges (empty for a Hugging Face tokenizer).
   const std::vector<std::pair<int64_t, int64_t>>& merges() const { return merges_; }
   // The Hugging Face tokenizer this one reads through, or nullptr for the series' own.
