@@ -6,6 +6,7 @@
 #include <iostream>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include <filesystem>
@@ -151,6 +152,8 @@ Command add_verify(CLI::App& app) {
     bool full_matrix = false;
     bool deep = false;
     bool zoo = false;
+    std::optional<double> tolerance;
+    bool quick = false;
     ReportFiles report;
   };
   auto o = std::make_shared<Opts>();
@@ -176,6 +179,13 @@ Command add_verify(CLI::App& app) {
                   "lists them); each fault runs the selected rows among its own, and a fault none of whose catching\n"
                   "rows is selected is left out of the matrix")
       ->delimiter(',');
+  cmd->add_option("--tolerance", o->tolerance,
+                  "the logit rows' max |diff| bound (default 1e-4, a few times fp32's noise on the seed's model; a model\n"
+                  "whose logits reach the hundreds differs from itself at another batch shape by ~4e-4: docs/perf.md)")
+      ->check(kPositive);
+  cmd->add_flag("--quick", o->quick,
+                "a first look at a large model: every run inside the context (the past-window rows skipped, saying so),\n"
+                "--tokens 64 and --faults none unless given (a 135M-parameter model: minutes, not hours; docs/perf.md)");
   cmd->add_flag("--full-matrix", o->full_matrix,
                 "run each fault through every row of its set, to see which other rows catch it too (about 3x the\n"
                 "matrix's time); default: the rows that must catch it (what the verdict gates on) and tokens");
@@ -203,10 +213,14 @@ Command add_verify(CLI::App& app) {
     vo.progress("model " + model + ", weights digest " + checks::model_digest(fx.model));
     checks::VerifyReport rep = checks::run_verify(fx, vo);
     rep.subject = "model " + model + " (weights digest " + checks::model_digest(fx.model) + "), " +
-                  std::to_string(o.tokens) + " greedy tokens from ids [1, 2, 3]";
+                  std::to_string(vo.tokens) + " greedy tokens from ids [1, 2, 3]";
     std::cout << checks::format_table(rep.rows, "verify");
     if (!rep.matrix.faults.empty()) std::cout << "\nfault matrix:\n" << checks::format_injection(rep.matrix);
-    else std::cout << "\nfault matrix: no fault run" << (o.fixture.shipped() || o.faults == "none" ? "" : " (see the lines above: left out)") << "\n";
+    else
+      std::cout << "\nfault matrix: no fault run"
+                << (vo.inside_context && o.faults == "all" ? " (--quick: name faults with --faults)"
+                    : o.fixture.shipped() || o.faults == "none" ? "" : " (see the lines above: left out)")
+                << "\n";
     for (const auto& c : rep.matrix.controls)
       if (!c.passed()) std::cout << "\n" << c.cache << ":\n" << checks::format_equivalence(c);
     results::write_json_atomically(o.json, with_provenance(checks::to_json(rep), dev));
@@ -226,19 +240,22 @@ Command add_verify(CLI::App& app) {
     return rep.passed();
   };
   add_run_options(cmd, o->run);
-  return {cmd, [o, run_verify_once] {
+  return {cmd, [o, run_verify_once, cmd] {
             const c10::Device dev = apply_run_options(o->run);
             if (o->zoo && o->report.any()) throw std::invalid_argument("--zoo writes JSON reports only (--html/--markdown: use --model zoo:NAME)");
             const nlohmann::json bench = read_bench_json(o->report.bench_json);  // a bad file fails before the run
             checks::VerifyOptions vo;
             vo.device = dev;
-            vo.tokens = o->tokens;
+            vo.tokens = o->quick && cmd->count("--tokens") == 0 ? 64 : o->tokens;
+            vo.inside_context = o->quick;
             vo.checks = o->checks;
             vo.full_matrix = o->full_matrix;
             vo.deep = o->deep;
+            vo.tolerance = o->tolerance;
             vo.require_batch_invariance = o->require_batch_invariance;
             vo.require_thread_invariance = o->require_thread_invariance;
-            if (o->faults != "all") {  // named faults are checked before the run too
+            if (o->quick && cmd->count("--faults") == 0) vo.faults.emplace();  // none
+            else if (o->faults != "all") {  // named faults are checked before the run too
               vo.faults.emplace();
               if (o->faults != "none") {
                 std::stringstream names(o->faults);

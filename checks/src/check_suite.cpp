@@ -314,6 +314,7 @@ EquivalenceResult run_checks(GPT& model, const EquivalenceOptions& opts, DecodeT
   r.sequence_length = r.prompt_len + opts.tokens;
   r.must_match = std::max<int64_t>(0, std::min(cfg.context - r.prompt_len, opts.tokens));
   r.tolerance = opts.tolerance.logits;
+  if (!opts.tolerance.why.empty()) r.tolerance_reason = opts.tolerance.why;
   at::NoGradGuard no_grad;
   CheckContext ctx(model, opts, target, r, shared);
   const std::vector<std::string> run = names.empty() ? model_checks_with(static_cast<Tags>(Tag::Default)) : names;
@@ -368,7 +369,7 @@ std::string format_equivalence(const EquivalenceResult& r) {
     const char* v = c.status == Status::Pass ? "PASS " : c.status == Status::Fail ? "FAIL " : c.status == Status::Error ? "ERROR " : "SKIP ";
     s << "  " << v << c.name << ": " << c.detail << "\n";
   }
-  s << "tolerance " << sci(r.tolerance) << ": " << kLogitToleranceReason << "\n";
+  s << "tolerance " << sci(r.tolerance) << ": " << r.tolerance_reason << "\n";
   return s.str();
 }
 

@@ -10,11 +10,36 @@
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/checks/results.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/kv_cache.h"
 
 namespace tinygpt::checks {
 
 at::Tensor main_prompt(c10::Device device) {
   return at::tensor(std::vector<int64_t>{1, 2, 3}, at::kLong).unsqueeze(0).to(device);  // (1, 3)
+}
+
+double fp32_noise_floor(GPT& model) {
+  at::NoGradGuard no_grad;
+  const Config& c = model->config();
+  const int64_t T = std::min<int64_t>(128, c.context);
+  std::vector<int64_t> ids(2 * T);
+  uint64_t x = 20261206;
+  for (auto& id : ids) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int64_t>((x >> 33) % static_cast<uint64_t>(c.vocab_size));
+  }
+  const c10::Device dev = model->parameters().front().device();
+  const at::Tensor two = at::tensor(ids, at::kLong).view({2, T}).to(dev);  // (2, T)
+  const at::Tensor alone = model->forward(two.narrow(0, 0, 1)).to(at::kFloat);  // (1, T, V)
+  // Both rows prefilled to T/2 in one cache, then stepped one token at a time, side by side.
+  RollingKVCache cache(c);
+  double worst = (model->step(two.narrow(1, 0, T / 2), cache, 0).narrow(0, 0, 1).to(at::kFloat) - alone.select(1, T / 2 - 1))
+                     .abs().max().item<double>();
+  for (int64_t t = T / 2; t < T; ++t) {
+    const at::Tensor step = model->step(two.narrow(1, t, 1), cache, t).narrow(0, 0, 1).to(at::kFloat);  // (1, V)
+    worst = std::max(worst, (step - alone.select(1, t)).abs().max().item<double>());
+  }
+  return worst;
 }
 
 double top2_margin(const at::Tensor& logits) {

@@ -56,7 +56,7 @@ nlohmann::json to_json(const EquivalenceResult& r) {
           {"margin_at_difference", opt(r.margin_at_difference)},
           {"step_margins", r.step_margins},
           {"tolerance", r.tolerance},
-          {"tolerance_reason", kLogitToleranceReason},
+          {"tolerance_reason", r.tolerance_reason},
           {"logits", to_json(r.loop_full)},
           {"window_reference", to_json(r.loop_band)},
           {"teacher_forced", {{"full", to_json(r.forced_full)}, {"band", to_json(r.forced_band)}}},

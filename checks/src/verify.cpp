@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 
@@ -136,6 +138,7 @@ struct VerifyPlan {
   InjectionOptions injection;                   // the matrix's lengths (its controls and reference set when it runs)
   bool goldens = false;                         // golden files beside the model
   bool reuse_uncached = false;                  // the series' golden uncached run is the reference's own (600 tokens)
+  std::string tolerance_note;                   // how the logit bound was chosen, when not the default
 };
 
 // The rows (validating --checks), each fault narrowed to them, the caches, the runs' options.
@@ -230,11 +233,38 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   plan.main.tokens = o.tokens;
   plan.main.require_batch_invariance = o.require_batch_invariance;
   plan.main.require_thread_invariance = o.require_thread_invariance;
+  if (o.tolerance) {
+    plan.main.tolerance.logits = plan.main.tolerance.self = *o.tolerance;
+    plan.main.tolerance.why = "--tolerance";
+  } else {
+    // The default bound is fp32 noise on the seed's model; a model whose own arithmetic is noisier (deeper,
+    // larger logits: kNoiseFloorTrigger times its floor over the bound) is judged at kNoiseFloorMargin
+    // times its measured floor, and says so. The self bound (a target against itself) is raised alike.
+    GPT m = fx.model;
+    const double floor = fp32_noise_floor(m);
+    if (kNoiseFloorTrigger * floor > kLogitTolerance) {
+      const double raised = kNoiseFloorMargin * floor, unit = std::pow(10.0, std::floor(std::log10(raised)));
+      const double bound = std::ceil(raised / unit) * unit;  // rounded up to one significant digit
+      plan.main.tolerance.logits = plan.main.tolerance.self = bound;
+      plan.main.tolerance.why = "raised from " + sci(kLogitTolerance) + ": " + std::to_string(static_cast<int>(kNoiseFloorMargin)) +
+                                "x this model's own fp32 noise (a correct cache's steps beside another row against its full forward: " +
+                                sci(floor) + "); --tolerance sets it";
+      plan.tolerance_note = "logit bound " + sci(bound) + ", " + plan.main.tolerance.why;
+    }
+  }
+  if (o.inside_context) {
+    plan.main.past_window = false;
+    plan.main.inside_window_why = "--quick";
+    if (o.tokens > fx.model->config().context)
+      throw std::invalid_argument("--quick keeps every run inside the context of " + std::to_string(fx.model->config().context) +
+                                  " tokens: --tokens " + std::to_string(o.tokens) + " is past it");
+  }
   plan.main.draft = fx.draft;  // the speculative rows' trained draft, when the fixture has one
   validate(plan.main);
   const int64_t vocab = fx.model->config().vocab_size;
   plan.batch3.prompt = at::tensor(std::vector<int64_t>{1, 2, 3, 17, 250, 9, 400, 33, 1024}, at::kLong).view({3, 3}).remainder(vocab).to(dev);
   plan.batch3.tokens = std::min<int64_t>(o.tokens, 96);
+  plan.batch3.tolerance = plan.main.tolerance;
   plan.reuse_uncached = o.tokens == 600;
   // Faults: past the window by 16 (every past-window fault shows at position context or context + 1),
   // and 48 tokens for their batch, sampled, ragged, join-leave and fork checks (the faults those are
@@ -380,6 +410,7 @@ VerifyReport run_verify(Fixture& fx, const VerifyOptions& o) {
   };
   const VerifyPlan plan = plan_verify(fx, o);
   for (const auto& line : plan.left_out) say(line);
+  if (!plan.tolerance_note.empty()) say(plan.tolerance_note);
   if (plan.goldens) say("goldens in " + fx.dir);
   else say("no golden files for this model: golden checks skipped (record them with `tinygpt golden update`)");
   return assemble_verify(plan, schedule_verify(fx, plan, o, say));

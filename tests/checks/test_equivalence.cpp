@@ -17,6 +17,7 @@
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/tools/html_report.h"
 #include "tinygpt/checks/report.h"
+#include "tinygpt/checks/verify.h"
 #include "tinygpt/ring_kv_cache.h"
 #include "rows.h"
 #include "small_model.h"
@@ -713,6 +714,47 @@ TEST_F(Harness, BatchSizesRunsTheSizesAsked) {
   EXPECT_THROW(validate(o), std::invalid_argument);
   o.batch_sizes = {0, 2};
   EXPECT_THROW(validate(o), std::invalid_argument);
+}
+
+// A model's fp32 noise floor grows with its logits; verify keeps the seed's bound where five times the
+// floor is under it and raises it to ten times the floor, saying so, where it is not (the final norm
+// x1000: logits x1000); the self bound with it.
+TEST(NoiseFloor, GrowsWithTheLogitsAndRaisesVerifysBound) {
+  Config cfg;
+  GPT quiet(cfg, 0);
+  quiet->eval();
+  const double f0 = fp32_noise_floor(quiet);
+  EXPECT_LT(f0 * kNoiseFloorTrigger, kLogitTolerance);
+  GPT loud(cfg, 0);
+  loud->eval();
+  {
+    at::NoGradGuard no_grad;
+    loud->named_parameters()["norm.weight"].mul_(1000);
+  }
+  const double f1 = fp32_noise_floor(loud);
+  EXPECT_GT(f1, 100 * f0);
+  ASSERT_GT(f1 * kNoiseFloorTrigger, kLogitTolerance);
+  Fixture fx;
+  fx.model = loud;
+  VerifyOptions o;
+  o.tokens = 8;
+  o.checks = {"tokens", "logits"};
+  o.faults.emplace();
+  std::vector<std::string> said;
+  o.progress = [&](const std::string& s) { said.push_back(s); };
+  const VerifyReport rep = run_verify(fx, o);
+  EXPECT_TRUE(std::any_of(said.begin(), said.end(), [](const std::string& s) { return s.rfind("logit bound ", 0) == 0; }));
+  ASSERT_FALSE(rep.matrix.controls.empty());
+  EXPECT_GT(rep.matrix.controls[0].tolerance, kLogitTolerance);
+  EXPECT_GE(rep.matrix.controls[0].tolerance, f1 * kNoiseFloorMargin);
+  EXPECT_LT(rep.matrix.controls[0].tolerance, 2 * f1 * kNoiseFloorMargin);
+  EXPECT_NE(rep.matrix.controls[0].tolerance_reason.find("this model's own fp32 noise"), std::string::npos);
+  // The user's bound is theirs.
+  o.tolerance = 1e-3;
+  said.clear();
+  const VerifyReport mine = run_verify(fx, o);
+  EXPECT_EQ(mine.matrix.controls[0].tolerance, 1e-3);
+  EXPECT_FALSE(std::any_of(said.begin(), said.end(), [](const std::string& s) { return s.rfind("logit bound ", 0) == 0; }));
 }
 
 // The check table: every check written once, named once; conform and equivalence run its rows.

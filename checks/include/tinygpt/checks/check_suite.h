@@ -92,6 +92,7 @@ struct EquivalenceResult {
   StepDiffs forced_full;   // teacher-forced loop vs full forward, inside the window
   StepDiffs forced_band;   // teacher-forced loop vs banded reference, every step
   double tolerance = kLogitTolerance;
+  std::string tolerance_reason = kLogitToleranceReason;  // why that bound (the options' Tolerances::why, when set)
   at::Tensor produced;     // (B, T0 + tokens) the target's greedy output
   std::vector<CheckResult> checks;
   bool main_attempted = false;  // a check asked for the target's main greedy run (drift can be measured)

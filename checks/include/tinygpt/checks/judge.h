@@ -22,6 +22,7 @@ struct Tolerances {
   double self = kSelfTolerance;
   std::optional<double> max_kl;    // gate on mean KL(reference || target) per step instead of max |diff|
   std::optional<double> min_top1;  // gate on the share of steps whose argmax agrees
+  std::string why;                 // how `logits` was chosen, where not kLogitTolerance (reports say it)
   // Judged by the distribution (mean KL, top-1) rather than by the |diff| bound.
   bool by_distribution() const { return max_kl.has_value() || min_top1.has_value(); }
 };

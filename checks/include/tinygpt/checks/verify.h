@@ -26,6 +26,13 @@ struct VerifyOptions {
   int64_t tokens = 600;  // greedy tokens of each production cache's main run
   bool require_batch_invariance = false;  // batch-sizes fails on any difference from a row alone
   bool require_thread_invariance = false;  // thread-counts fails on any difference from 1 thread
+  // The |diff| bound of the logit rows (default kLogitTolerance, 1e-4: fp32 noise of the seed's model is
+  // ~1e-6). fp32 noise grows with a model's logits and depth: a model whose logits reach the hundreds
+  // differs from itself at another batch shape by a few 1e-4 (docs/perf.md).
+  std::optional<double> tolerance;
+  // Every run inside the context (the rows that must go past it are skipped, saying "--quick"): on a model
+  // of a long context the past-window rows' runs are thousands of steps, each judged against a full forward.
+  bool inside_context = false;
   // The faults of the matrix; nullopt: every registered fault (an empty list: none).
   std::optional<std::vector<const CacheVariant*>> faults;
   // Only these rows of the check table (empty: every row the production caches run). A fault runs
