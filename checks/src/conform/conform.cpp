@@ -221,6 +221,7 @@ EquivalenceOptions conform_run_options(const ConformOptions& o, const Config& cf
   eo.past_window = !inside;
   if (inside_by && !o.no_past_window) eo.inside_window_why = "declared " + inside_by->name;
   eo.tolerance = o.tolerance;
+  if (eo.tolerance.logits != kLogitTolerance && eo.tolerance.why.empty()) eo.tolerance.why = "--tolerance";
   // A low-precision KV type is judged against our model by its budget, as verify judges its own (a
   // cache's budget: judged_as), unless the user set a bound of the distribution themselves: the rows
   // would fail an fp32 |diff| bound that the type is not meant to meet.
@@ -251,6 +252,7 @@ EquivalenceResult conform_figures(const EquivalenceOptions& eo, const Config& cf
   r.sequence_length = r.prompt_len + eo.tokens;
   r.must_match = std::max<int64_t>(0, std::min(cfg.context - r.prompt_len, eo.tokens));
   r.tolerance = eo.tolerance.logits;
+  if (!eo.tolerance.why.empty()) r.tolerance_reason = eo.tolerance.why;
   return r;
 }
 
