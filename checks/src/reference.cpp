@@ -48,6 +48,13 @@ double top2_margin(const at::Tensor& logits) {
   return (top2.select(-1, 0) - top2.select(-1, 1)).min().item<double>();
 }
 
+double flip_kl(const at::Tensor& logits) {
+  if (logits.size(-1) < 2) return std::numeric_limits<double>::infinity();
+  at::Tensor p = std::get<0>(logits.to(at::kDouble).softmax(-1).topk(2, -1));  // (B, 2)
+  at::Tensor p1 = p.select(-1, 0), p2 = p.select(-1, 1), mid = (p1 + p2) / 2;
+  return (p1 * (p1 / mid).log() + p2 * (p2 / mid).log()).max().item<double>();
+}
+
 double StepDiffs::top1_agreement() const {
   if (top1.empty()) return 1.0;
   return static_cast<double>(std::count(top1.begin(), top1.end(), true)) / static_cast<double>(top1.size());

@@ -12,6 +12,8 @@
 
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/data.h"
+#include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/deviations.h"
 #include "tinygpt/checks/inject.h"
 #include "tinygpt/checks/parallel_runs.h"
@@ -510,6 +512,54 @@ TEST_F(Harness, PrecisionStatisticsAreReportedAndCanJudge) {
   lenient.tolerance.max_kl = kl / 2;
   ModelTarget off3(model, cache_registry().get("decode-pos-off-by-one"));
   EXPECT_EQ(run_checks(model, lenient, off3, {"logits"}).checks[0].status, Status::Fail);
+}
+
+// flip_kl is the least KL(P || Q) over every Q whose top two are level: no Q drawn at random with
+// q1 = q2 costs less, and the one that moves mass between the top two alone costs exactly that.
+TEST(FlipKl, IsTheLeastKlThatLevelsTheTopTwo) {
+  at::manual_seed(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    const at::Tensor logits = at::randn({1, 6}, at::kDouble) * 2;  // (1, V)
+    const double f = flip_kl(logits);
+    const at::Tensor p = logits.softmax(-1)[0];
+    const at::Tensor order = std::get<1>(p.sort(0, true));
+    const int64_t a = order[0].item<int64_t>(), b = order[1].item<int64_t>();
+    auto kl = [&](const at::Tensor& q) { return (p * (p / q).log()).sum().item<double>(); };
+    at::Tensor level = p.clone();
+    level[a] = level[b] = (p[a] + p[b]) / 2;
+    EXPECT_NEAR(kl(level), f, 1e-12);
+    for (int k = 0; k < 200; ++k) {
+      at::Tensor q = p * at::exp(at::randn({6}, at::kDouble) * 0.3);
+      q[a] = q[b] = (q[a] + q[b]) / 2;
+      q = q / q.sum();
+      EXPECT_GE(kl(q), f - 1e-12);
+    }
+    EXPECT_LE(f, std::log(2.0));
+  }
+}
+
+// Under a KL budget the tokens row accepts a parting whose flip costs no more than the budget, and
+// fails it where the budget is smaller than that flip's cost: the same target, the same parting.
+TEST(BudgetParting, IsTheBudgetsOwnOnlyWhereItsMarginIsThatNarrow) {
+  // The trained fixture (on untrained weights greedy decoding repeats one token and never parts) and
+  // the seed's first gotcha, whose ids part within a few steps.
+  Fixture fx = load_fixture(data_dir(), at::kCPU);
+  EquivalenceOptions o = options(main_prompt(), 80);
+  ModelTarget strict_target(fx.model, cache_registry().get("rope-offset"));
+  const auto strict = run_checks(fx.model, o, strict_target, {"tokens"});
+  ASSERT_EQ(strict.checks[0].status, Status::Fail) << strict.checks[0].detail;
+  ASSERT_TRUE(strict.first_difference);
+  EXPECT_EQ(strict.checks[0].stats.count("flip_kl_at_parting"), 0u) << "no budget, no flip cost";
+  const Reference ref = build_reference(fx.model, o.prompt, o.tokens);
+  const double flip = flip_kl(ref.uncached_logits.select(1, strict.identical_prefix));
+  for (const double budget : {flip * 2, flip / 2}) {
+    o.tolerance.max_kl = budget;
+    ModelTarget t(fx.model, cache_registry().get("rope-offset"));
+    const auto r = run_checks(fx.model, o, t, {"tokens"});
+    EXPECT_EQ(r.checks[0].status, budget > flip ? Status::Pass : Status::Fail) << r.checks[0].detail;
+    EXPECT_DOUBLE_EQ(r.checks[0].stats.at("flip_kl_at_parting"), flip);
+    EXPECT_EQ(r.first_difference, strict.first_difference);
+  }
 }
 
 // What serving engines do to a cache, on the production caches: every serving check passes and

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -94,8 +95,10 @@ def run_one(tinygpt, work, case):
     else:
         cmd = [tinygpt, "conform", "--engine", EXAMPLE if engine == "example" else LLAMA] + common
         env["TINYGPT_ENGINE_FAULT"] = fault
+    began = time.monotonic()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    result = {"engine": engine, "fault": fault, "twin": twin, "rows": rows, "vary": vary, "exit": p.returncode}
+    result = {"engine": engine, "fault": fault, "twin": twin, "rows": rows, "vary": vary, "exit": p.returncode,
+              "seconds": round(time.monotonic() - began, 1)}
     try:
         with open(out) as f:
             doc = json.load(f)

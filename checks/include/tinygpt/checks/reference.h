@@ -138,6 +138,11 @@ struct StepDiffs {
 
 // top1 - top2 of each row of (B, V) logits, min over rows.
 double top2_margin(const at::Tensor& logits);
+// The least KL(P || Q) of any Q whose top two are level, P = softmax of each row of (B, V) logits,
+// max over rows: Q moves mass between P's top two alone, q1 = q2 = (p1 + p2) / 2, so
+// KL = p1 ln(2 p1 / (p1 + p2)) + p2 ln(2 p2 / (p1 + p2)). A greedy choice that flips at a step costs
+// a distribution at least this much there: what a KL budget must allow for that parting to be its own.
+double flip_kl(const at::Tensor& logits);
 // got (B, >= m, V) against ref (B, m, V), step by step; step i is at first_position + i.
 StepDiffs compare_steps(const at::Tensor& got, const at::Tensor& ref, int64_t first_position, double tol);
 // One line for a comparison, with `ref`'s top-2 margin at the first step over tolerance.
