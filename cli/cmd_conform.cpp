@@ -104,6 +104,15 @@ Command add_conform(CLI::App& app) {
   cmd->add_option("--kv-compare", c.kv_compare,
                   "more KV types to cost the same way (f16,q8_0,q4_0: each a fresh engine, its own kv-budget row and plot)")
       ->delimiter(',');
+  cmd->add_option("--weight-type", c.weight_type,
+                  "the engine's weight type, sent in load as \"weight_type\" (q8_0, q4_0, q4_K_M: what its hello lists in\n"
+                  "\"weight_types\"; the engine quantizes the float32 file it is sent). Every row is judged against our model by\n"
+                  "mean KL per step at --weight-budget (plus --kv-budget with --kv-type) and against the same engine with f32\n"
+                  "weights; a weight-budget row costs the teacher-forced run the way llama-perplexity reports (mean/p99/max KL, top-1)");
+  cmd->add_option("--weight-budget", c.weight_budget,
+                  "the most mean KL per step quantized weights may cost (default 1e-3 for q8_0, 5e-2 for q4_0 and q4_K_M: the\n"
+                  "user's decision; docs/checks.md, \"Quantized weights\", has the figures)")
+      ->check(kPositive);
   cmd->add_flag("--no-past-window", c.no_past_window,
                 "never step past the context: for engines with other long-sequence semantics (those checks are skipped, and said)");
   cmd->add_flag("--require-batch-invariance", c.require_batch_invariance,

@@ -111,7 +111,7 @@ nlohmann::json kv_json(const std::vector<KvCost>& kv) {
   };
   nlohmann::json out = nlohmann::json::array();
   for (const auto& k : kv) {
-    nlohmann::json j = {{"kv_type", k.kv_type}, {"baseline", k.baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.baseline)},
+    nlohmann::json j = {{"kind", k.kind}, {"kv_type", k.kv_type}, {"baseline", k.baseline.empty() ? nlohmann::json(nullptr) : nlohmann::json(k.baseline)},
                         {"budget", k.budget}, {"min_top1", opt(k.min_top1)}, {"passed", k.passed()},
                         {"first_over_budget", opt(k.first_over_budget())}, {"vs_model", per_position(k.vs_model)}};
     if (!k.baseline.empty()) j["vs_baseline"] = per_position(k.vs_baseline);
@@ -136,6 +136,7 @@ nlohmann::json to_json(const ConformReport& r) {
   doc["command"] = r.command;
   doc["protocol"] = r.protocol;
   if (!r.kv_type.empty()) doc["kv_type"] = r.kv_type;
+  if (!r.weight_type.empty()) doc["weight_type"] = r.weight_type;
   doc["checkpoint"] = r.checkpoint;
   doc["passed"] = r.passed();
   doc["tolerance"] = r.model.tolerance;

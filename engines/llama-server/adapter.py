@@ -13,6 +13,9 @@ with --context-shift: the shifts are read from the server's log, which names eac
 the raw logits: post_sampling_probs false), and the prompt tokens it served from the slot's cache
 (timings.cache_n) as `reused`.
 
+`load` takes "weight_type" (q8_0, q4_0, q4_K_M): the target's GGUF quantized by llama.cpp's own llama-quantize
+before the server starts, as users run it (a speculative draft stays as written).
+
 The GGUF the suite writes has no vocabulary (ids pass straight through), and the server aborts when it
 prints a token without one (GGML_ASSERT(type != LLAMA_VOCAB_TYPE_NONE)): load rewrites it with a
 byte-level vocabulary of the right size (ids 0-255 the bytes, the rest named "<id>") through python3-gguf.
@@ -88,6 +91,27 @@ def with_vocabulary(src, dst):
     w.close()
 
 
+# The weight types load takes ("weight_type"), each quantized by llama.cpp's own llama-quantize, with the
+# row length its blocks need (llama-quantize would store a tensor they cannot divide as another type).
+WEIGHT_TYPES = {"q8_0": 32, "q4_0": 32, "q4_K_M": 256}
+
+
+def quantized(src, dst, weight_type):
+    """`src` (a GGUF) quantized to `weight_type` at `dst` by /usr/bin/llama-quantize, every 2-D weight; a row
+    length the type's blocks cannot divide is refused by the tensor's name."""
+    import gguf
+    if weight_type not in WEIGHT_TYPES:
+        raise ValueError("unknown weight_type %r (f32, %s)" % (weight_type, ", ".join(WEIGHT_TYPES)))
+    block = WEIGHT_TYPES[weight_type]
+    for t in gguf.GGUFReader(src).tensors:
+        if t.name.endswith("weight") and len(t.shape) >= 2 and int(t.shape[0]) % block:
+            raise ValueError("weight_type %s: %s has rows of %d values, which %s's blocks of %d cannot divide (llama-quantize "
+                             "would store it as another type)" % (weight_type, t.name, int(t.shape[0]), weight_type, block))
+    p = subprocess.run(["/usr/bin/llama-quantize", src, dst, weight_type.upper(), "1"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError("llama-quantize to %s failed: %s" % (weight_type, (p.stdout + p.stderr).strip()[-300:]))
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -105,6 +129,10 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix="tinygpt-llama-server-")
         model = os.path.join(self.dir, "model.gguf")
         arch = with_vocabulary(checkpoint, model)
+        weight_type = getattr(self.args, "weight_type", None)
+        if weight_type and weight_type != "f32":  # the target quantized as users run it; a draft stays as written
+            quantized(model, os.path.join(self.dir, "model.%s.gguf" % weight_type), weight_type)
+            model = os.path.join(self.dir, "model.%s.gguf" % weight_type)
         if draft is not None:
             with_vocabulary(draft, os.path.join(self.dir, "draft.gguf"))
         extra = [os.path.join(self.dir, "draft.gguf") if a == "{draft}" else a for a in extra]
@@ -367,7 +395,7 @@ def main():
             if FAULTS:
                 name += " [%s]" % ",".join(sorted(FAULTS))
             out = {"ok": True, "name": name, "formats": ["gguf"], "sampler": False, "rows": False,
-                   "deviations": ["gelu-tanh", "rope-angle-recurrence"]}
+                   "deviations": ["gelu-tanh", "rope-angle-recurrence"], "weight_types": ["f32"] + list(WEIGHT_TYPES)}
             if int(req.get("protocol", 1)) >= 3:
                 out["protocol"], out["operations"] = 3, ["generate", "generate-shift", "speculate"]
                 out["speculate"] = {"drafts": ["none", "self", "model", "ngram"], "rules": ["exact", "sample-and-match"]}
@@ -375,6 +403,7 @@ def main():
         if op == "load":
             if req.get("format") != "gguf":
                 raise ValueError("llama-server loads format gguf only")
+            args.weight_type = req.get("weight_type")
             arch = server.start(req["checkpoint"], int(req["config"]["context"]))
             speculation.stop()
             loaded.update(checkpoint=req["checkpoint"], context=int(req["config"]["context"]))

@@ -10,6 +10,11 @@
 // `hello` declares what llama.cpp does differently: gelu-tanh (ggml_gelu; not in a build whose
 // build_ffn calls ggml_gelu_erf, compiled with TINYGPT_EXACT_GELU), top-k-exact, rope-angle-recurrence.
 //
+// `load` takes "weight_type" (q8_0, q4_0, q4_K_M; f32 as written): the GGUF quantized by llama.cpp's
+// own llama_model_quantize (what llama-quantize calls) before it is loaded, every 2-D weight whose rows
+// the type's blocks divide; a width they cannot divide is refused by the tensor's name, where
+// llama-quantize would quietly store that tensor as another type.
+//
 // Protocol 2 (rows by id): a row is a llama sequence; ragged prefills and rows joining are batches of
 // new sequences at their own positions; fork is llama_memory_seq_cp, release and rollback
 // llama_memory_seq_rm. A rollback past the window must bring back the entries the rejected tokens
@@ -217,7 +222,39 @@ class Engine {
     const json dev = deviations();
     std::string name = std::string("llama.cpp ") + kVersion + (kExactGelu ? " with exact GELU" : kBuild);
     if (!fault_.empty()) name += " (fault " + fault_ + ")";
-    return {{"ok", true}, {"name", name}, {"formats", {"gguf"}}, {"deviations", dev}, {"kv_types", kv_type_names()}};
+    return {{"ok", true}, {"name", name}, {"formats", {"gguf"}}, {"deviations", dev}, {"kv_types", kv_type_names()},
+            {"weight_types", {"f32", "q8_0", "q4_0", "q4_K_M"}}};
+  }
+
+  // The file `src` quantized to `type` by llama.cpp's own quantizer, at `dst`.
+  static void quantize(const std::string& src, const std::string& dst, const std::string& type) {
+    llama_model_quantize_params qp = llama_model_quantize_default_params();
+    int64_t block = 32;
+    if (type == "q8_0") qp.ftype = LLAMA_FTYPE_MOSTLY_Q8_0;
+    else if (type == "q4_0") qp.ftype = LLAMA_FTYPE_MOSTLY_Q4_0;
+    else if (type == "q4_K_M") qp.ftype = LLAMA_FTYPE_MOSTLY_Q4_K_M, block = 256;  // k-quants: super-blocks of 256
+    else throw std::runtime_error("unknown weight_type '" + type + "' (f32, q8_0, q4_0, q4_K_M)");
+    // llama-quantize quantizes every 2-D tensor whose name ends in "weight"; a row length its type's
+    // blocks do not divide it stores as a fallback type, saying so only in its log.
+    ggml_context* meta = nullptr;
+    gguf_init_params p{/*no_alloc=*/true, /*ctx=*/&meta};
+    gguf_context* g = gguf_init_from_file(src.c_str(), p);
+    if (!g) throw std::runtime_error("cannot read " + src);
+    std::string refused;
+    for (ggml_tensor* t = ggml_get_first_tensor(meta); t; t = ggml_get_next_tensor(meta, t)) {
+      const std::string name = ggml_get_name(t);
+      if (ggml_n_dims(t) < 2 || name.size() < 6 || name.compare(name.size() - 6, 6, "weight") != 0) continue;
+      if (t->ne[0] % block != 0) {
+        refused = name + " has rows of " + std::to_string(t->ne[0]) + " values, which " + type + "'s blocks of " + std::to_string(block) +
+                  " cannot divide (llama-quantize would store it as another type)";
+        break;
+      }
+    }
+    gguf_free(g);
+    ggml_free(meta);
+    if (!refused.empty()) throw std::runtime_error("weight_type " + type + ": " + refused);
+    qp.nthread = 1;
+    if (llama_model_quantize(src.c_str(), dst.c_str(), &qp) != 0) throw std::runtime_error("llama_model_quantize to " + type + " failed on " + src);
   }
 
   // The KV cache types `load` takes ("kv_type"): one type for K and V, or "K/V" apart.
@@ -240,6 +277,11 @@ class Engine {
       const std::string patched = path + "." + fault_ + ".gguf";
       plant_export_fault(path, patched, fault_);
       path = patched;
+    }
+    if (const std::string w = req.value("weight_type", std::string()); !w.empty() && w != "f32") {
+      const std::string quantized = path + "." + w + ".gguf";
+      quantize(path, quantized, w);
+      path = quantized;
     }
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;

@@ -93,7 +93,7 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
   // Another instance of the engine with another cache type, driven through the same run.
   auto run_with = [&](const std::string& type) {
     if (type == o.kv_type) return forced_logits(main, eo.prompt, eo.tokens, ref);
-    LoadedEngine e(o.engine, o.checkpoint, o.timeout_s, nullptr, type);
+    LoadedEngine e(o.engine, o.checkpoint, o.timeout_s, nullptr, EnginePrecision{type, o.weight_type});
     RemoteTarget t(e.process(), e.hello(), vocab, context);
     const at::Tensor l = forced_logits(t, eo.prompt, eo.tokens, ref);
     e.process().quit();
@@ -116,7 +116,7 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
 
 CheckResult kv_budget_row(const KvCost& k) {
   CheckResult r;
-  r.name = "kv-budget [" + k.kv_type + "]";
+  r.name = k.kind + "-budget [" + k.kv_type + "]";
   const StepDiffs& d = k.judged();
   r.status = k.passed() ? Status::Pass : Status::Fail;
   r.figure = d.kl_mean();
@@ -128,7 +128,9 @@ CheckResult kv_budget_row(const KvCost& k) {
   const auto over = k.first_over_budget();
   if (over) r.stats["first_kl_over"] = static_cast<double>(*over);
   r.stats["model_kl_mean"] = k.vs_model.kl_mean();
-  const std::string against = k.baseline.empty() ? "our fp32 model (the target has no f32 cache)" : "the same target with an " + k.baseline + " cache";
+  const std::string what = k.kind == "kv" ? " cache" : " weights";
+  const std::string against = k.baseline.empty() ? "our fp32 model (the target has no f32" + what + ")"
+                                                 : "the same target with " + std::string(k.kind == "kv" ? "an " : "") + k.baseline + what;
   std::string budget = "budget: mean KL <= " + sci(k.budget);
   if (k.min_top1) budget += ", top-1 >= " + pct(*k.min_top1);
   budget += over ? "; first step over it at position " + std::to_string(*over) + " (KL " +

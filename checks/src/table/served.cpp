@@ -132,6 +132,7 @@ std::string request_name(const Scenario& s, const ServedRequest& q, int64_t copy
 struct Tally {
   int64_t sequences = 0, tokens = 0, near_ties = 0, reused = 0, prompt_tokens = 0, said_reused = 0, shifts = 0;
   double worst = 0;
+  double worst_kl = 0;  // top-N answers under a KL budget: the largest mean coarsened KL of a sequence
   std::string worst_where;
   bool top_only = false;
 };
@@ -180,6 +181,34 @@ bool judge_result(CheckContext& c, CheckResult& r, const ServedRequest& q, const
       return false;
     }
     worst = d.worst;
+  } else if (c.tol().max_kl) {
+    // Top-N log-probabilities under a KL budget: both distributions coarsened to the engine's listed ids
+    // and one outcome for the rest. Coarsening never raises a KL (the data-processing inequality), so a
+    // mean over the budget here is over it on the whole vocabulary too.
+    tally.top_only = true;
+    const at::Tensor lp = ref[0].to(at::kDouble).log_softmax(-1);  // (n, V)
+    double sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      double kl = 0, p_rest = 1, q_rest = 1;
+      for (const auto& [id, got] : res.top[static_cast<size_t>(i)]) {
+        const double want = lp[i][id].item<double>(), p = std::exp(want);
+        kl += p * (want - got);
+        p_rest -= p;
+        q_rest -= std::exp(got);
+        worst = std::max(worst, std::abs(got - want));
+      }
+      p_rest = std::max(p_rest, 0.0), q_rest = std::max(q_rest, 1e-300);
+      if (p_rest > 0) kl += p_rest * std::log(p_rest / q_rest);
+      sum += kl;
+    }
+    const double mean = n > 0 ? sum / static_cast<double>(n) : 0.0;
+    tally.worst_kl = std::max(tally.worst_kl, mean);
+    if (mean > *c.tol().max_kl) {
+      r.stats["first_over"] = static_cast<double>(T0 - 1);
+      set_result(r, false, name + ": mean KL per step " + sci(mean) + " over its top-N log-probabilities and the rest > " +
+                               sci(*c.tol().max_kl));
+      return false;
+    }
   } else {  // top-N log-probabilities: held to twice the logit bound, and they must be our top N
     tally.top_only = true;
     const at::Tensor lp = ref[0].to(at::kDouble).log_softmax(-1);  // (n, V)
@@ -249,12 +278,15 @@ void served_check(CheckContext& c, CheckResult& r) {
              std::to_string(requests) + " requests (" + std::to_string(tally.sequences) + " sequences, " + std::to_string(tally.tokens) +
                  " tokens) in " + std::to_string(all.size()) +
                  " scenarios: " +
-                 (c.tol().by_distribution() ? "every sequence within " + r.bound + " of its own sequence alone"
+                 (c.tol().by_distribution() ? "every sequence within " + (c.tol().max_kl ? "mean KL " + sci(*c.tol().max_kl) : r.bound) + " of its own sequence alone"
                                             : "every token the greedy choice of its own sequence alone") +
                  (tally.near_ties ? " (" + std::to_string(tally.near_ties) + " near-ties went the other way)" : "") + "; worst " +
                  (tally.top_only ? "|diff| of logits or top log-probabilities " : "|diff| ") + sci(tally.worst) + " at " +
                  tally.worst_where +
-                 (tally.top_only && c.tol().by_distribution()
+                 (tally.top_only && c.tol().max_kl
+                      ? " (top-N log-probabilities judged by their KL coarsened to the listed ids and the rest: largest mean " +
+                            sci(tally.worst_kl) + ")"
+                  : tally.top_only && c.tol().by_distribution()
                       ? " (top-N log-probabilities are no distribution: those answers judged by |diff| at twice the logit bound)"
                       : "") +
                  reuse + past);

@@ -367,7 +367,7 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
   for (int64_t B : sizes) {
     const Generation g = c.target.generate(all.narrow(0, 0, B), n, greedy());
     const at::Tensor got = g.logits.to(at::kCPU);
-    double d = 0;
+    double d = 0, kl = 0;  // kl: under a KL budget, the largest mean KL(alone || in the batch) of a row
     for (int64_t b = 0; b < B; ++b) {
       // Compared up to where the row's tokens part from its run alone (a near-tie picked differently).
       int64_t upto = n;
@@ -378,21 +378,32 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
           upto = i + 1;
           break;
         }
-      d = std::max(d, (got.narrow(0, b, 1).narrow(1, 0, upto) - alone[b].narrow(1, 0, upto)).abs().max().item<double>());
+      const at::Tensor mine_l = got.narrow(0, b, 1).narrow(1, 0, upto), alone_l = alone[b].narrow(1, 0, upto);  // (1, upto, V)
+      d = std::max(d, (mine_l - alone_l).abs().max().item<double>());
+      if (c.tol().max_kl) {
+        const at::Tensor p = alone_l.to(at::kDouble).log_softmax(-1), q = mine_l.to(at::kDouble).log_softmax(-1);
+        kl = std::max(kl, (p.exp() * (p - q)).sum(-1).mean().item<double>());
+      }
     }
     r.stats["invariance_b" + std::to_string(B)] = d;
     worst = std::max(worst, d);
     (d == 0 ? exact : inexact).push_back(B);
-    if (d > c.tol().logits)
+    // Under a KL budget (an approximate target) a row is judged by its distribution, as every row is.
+    if (c.tol().max_kl && kl > *c.tol().max_kl)
+      return set_result(r, false, "batch " + std::to_string(B) + ": a row's mean KL from itself alone is " + sci(kl) + " > " +
+                                      sci(*c.tol().max_kl) + " (|diff| " + sci(d) + ")");
+    if (!c.tol().max_kl && d > c.tol().logits)
       return set_result(r, false, "batch " + std::to_string(B) + ": a row differs from itself alone by " + sci(d) + " > " +
                                       sci(c.tol().logits));
+    if (c.tol().max_kl) r.stats["invariance_kl_b" + std::to_string(B)] = kl;
   }
   r.figure = worst;
-  r.bound = "max |diff| <= " + sci(c.tol().logits) + (c.opts.require_batch_invariance ? ", and bitwise identical" : "");
+  const std::string within = c.tol().max_kl ? "mean KL " + sci(*c.tol().max_kl) : sci(c.tol().logits);
+  r.bound = (c.tol().max_kl ? "mean KL <= " + sci(*c.tol().max_kl) : "max |diff| <= " + sci(c.tol().logits)) +
+            (c.opts.require_batch_invariance ? ", and bitwise identical" : "");
   const std::string what = "batch sizes " + ranges(sizes) +
                            (most < kMaxBatch ? " (the target takes at most " + std::to_string(limit) + " rows)" : "") + ", " +
-                           std::to_string(n) + " steps: every row within " +
-                           sci(c.tol().logits) + " of itself alone; bitwise identical at " + (exact.empty() ? std::string("none") : ranges(exact)) +
+                           std::to_string(n) + " steps: every row within " + within + " of itself alone; bitwise identical at " + (exact.empty() ? std::string("none") : ranges(exact)) +
                            (inexact.empty() ? "" : ", largest |diff| " + sci(worst) + " (at " + ranges(inexact) + ")");
   set_result(r, !(c.opts.require_batch_invariance && worst > 0), what);
 }

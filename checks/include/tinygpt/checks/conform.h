@@ -63,6 +63,15 @@ struct ConformOptions {
   double kv_budget = 3e-5;  // kInt8KvBudget: the user's decision (docs/checks.md, "Low-precision caches")
   std::optional<double> kv_min_top1;  // in (0, 1]; unset: KL alone
   std::vector<std::string> kv_compare;
+  // The engine's weight type, sent as load's "weight_type" (q8_0, q4_0, q4_K_M: names its hello lists
+  // in "weight_types"; the engine quantizes the float32 file it is sent); empty: float32 as written.
+  // Every row is judged against our model by mean KL per step at weight_budget (plus kv_budget with
+  // a low-precision cache) instead of the fp32 |diff| bound, and is also sent to the same engine with
+  // f32 weights (and cache), each row saying what the type costs against it; a row
+  // `weight-budget [TYPE]` costs the teacher-forced run against both, judged by weight_budget.
+  std::string weight_type;
+  // The user's decision (docs/checks.md, "Quantized weights"); unset: default_weight_budget(weight_type).
+  std::optional<double> weight_budget;
   std::function<void(const std::string&)> progress;
 };
 
@@ -74,7 +83,7 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
                              const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline = nullptr);
 
 struct ConformReport {
-  std::string engine_name, command, checkpoint, format, kv_type;
+  std::string engine_name, command, checkpoint, format, kv_type, weight_type;
   int protocol = 1;
   std::vector<std::string> deviations;  // declared by the engine's hello
   std::vector<CheckResult> rows;
@@ -82,7 +91,7 @@ struct ConformReport {
   int64_t requests = 0;
   std::optional<std::string> fatal;     // the engine stopped being usable mid-run (exit 2)
   Diagnosis diagnosis;                  // with ConformOptions::diagnose and failing model rows
-  std::vector<KvCost> kv;               // with ConformOptions::kv_type or kv_compare: each type's cost
+  std::vector<KvCost> kv;               // with ConformOptions::kv_type or kv_compare (and weight_type): each type's cost
   bool past_window = true;              // false: kept inside the window (--no-past-window, or declared no-window)
   bool passed() const { return !fatal && all_ok(rows); }
 };
@@ -95,6 +104,16 @@ class EngineProcess;
 
 // The KV cache types an engine's hello lists in "kv_types" (empty when it lists none).
 std::vector<std::string> hello_kv_types(const nlohmann::json& hello);
+// A weight type's default budget, mean KL per step: 1e-3 for an 8-bit type, 5e-2 for 4-bit ones
+// (q4_0, q4_K_M), 0 for f32 (docs/checks.md, "Quantized weights", has what llama.cpp's cost).
+double default_weight_budget(const std::string& weight_type);
+// The weight types it lists in "weight_types" (empty when it lists none).
+std::vector<std::string> hello_weight_types(const nlohmann::json& hello);
+
+// The precision an engine is loaded at: load's "kv_type" and "weight_type" (empty: not sent).
+struct EnginePrecision {
+  std::string kv_type, weight_type;
+};
 
 // An engine started, greeted (hello, protocol 2 offered) and loaded with a checkpoint written in the
 // first format it names that we write; our model loaded from the same checkpoint. What conform and
@@ -102,9 +121,10 @@ std::vector<std::string> hello_kv_types(const nlohmann::json& hello);
 // destructor ends the engine and removes the written file.
 class LoadedEngine {
  public:
-  // kv_type: load's "kv_type" (empty: none sent); std::invalid_argument when hello's "kv_types" does not list it.
+  // precision: load's "kv_type" and "weight_type" (empty: not sent); std::invalid_argument when hello's
+  // "kv_types" or "weight_types" does not list one.
   LoadedEngine(const std::string& command, const std::string& checkpoint, double timeout_s,
-               const std::function<void(const std::string&)>& progress = {}, const std::string& kv_type = "");
+               const std::function<void(const std::string&)>& progress = {}, const EnginePrecision& precision = {});
   ~LoadedEngine();
   LoadedEngine(const LoadedEngine&) = delete;
   LoadedEngine& operator=(const LoadedEngine&) = delete;

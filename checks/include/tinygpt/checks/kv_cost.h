@@ -17,8 +17,9 @@ namespace tinygpt::checks {
 
 // What a KV cache type costs on one run, position by position (ConformOptions::kv_budget).
 struct KvCost {
-  std::string kv_type;
-  std::string baseline;   // the fp32-cache run's name ("f32"); empty when there is none
+  std::string kind = "kv";  // what the type is of: "kv" (a cache type) or "weight" (the weights')
+  std::string kv_type;      // the type
+  std::string baseline;   // the fp32 run's name ("f32"); empty when there is none
   StepDiffs vs_baseline;  // the type's teacher-forced logits against the fp32-cache run's (empty without one)
   StepDiffs vs_model;     // against our fp32 model (the banded reference: the rolling cache's semantics)
   double budget = 0;
@@ -33,7 +34,7 @@ struct KvCost {
 };
 // The 99th percentile of a run's per-step KL (0 when empty).
 double kl_p99(const StepDiffs& d);
-// Its row of a report: `kv-budget [TYPE]`, judged by the budget, every figure in its stats.
+// Its row of a report: `kv-budget [TYPE]` (`weight-budget [TYPE]`), judged by the budget, every figure in its stats.
 CheckResult kv_budget_row(const KvCost& k);
 // "mean KL per step .. (p99 .., max ..), top-1 agreement ..%, first argmax parting at position ..".
 std::string kv_stats_text(const StepDiffs& d);
