@@ -28,7 +28,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 Command add_export(CLI::App& app) {
   struct Opts {
-    std::string format, out, checkpoint, tokenizer;
+    std::string format, out, checkpoint, tokenizer, quantize, quantizer;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -51,12 +51,27 @@ Command add_export(CLI::App& app) {
                   "hf: the tokenizer.json the directory gets: the series' (converted to the tokenizers library's format) or\n"
                   "one already in that format (copied); default: the shipped fixture's, where the model's vocabulary is its size")
       ->check(CLI::ExistingPath);
+  cmd->add_option("--quantize", o->quantize,
+                  "gguf: the weights quantized to this type (q8_0, q4_0, q4_K_M) by --quantizer, as llama.cpp's users run them;\n"
+                  "a tensor whose rows the type's blocks (32; q4_K_M 256) cannot divide is refused by name")
+      ->check(CLI::IsMember(checks::gguf_weight_types()));
+  cmd->add_option("--quantizer", o->quantizer,
+                  "with --quantize: the command that quantizes, called as `CMD IN OUT TYPE` through /bin/sh - llama.cpp's\n"
+                  "llama-quantize, or the llama.cpp adapter ci/engines.sh builds: \".engines/llama.cpp/adapter --quantize\"");
   return {cmd, [o] {
             if (!o->tokenizer.empty() && o->format != "hf") throw std::invalid_argument("--tokenizer goes with --format hf");
+            if (!o->quantize.empty() && o->format != "gguf") throw std::invalid_argument("--quantize goes with --format gguf");
+            if (o->quantize.empty() != o->quantizer.empty())
+              throw std::invalid_argument(o->quantize.empty() ? "--quantizer goes with --quantize" : "--quantize needs --quantizer (the command that quantizes)");
             const std::string in = o->checkpoint.empty() ? checks::data_dir() + "/fixture.safetensors" : o->checkpoint;
             Checkpoint ck = read_any_checkpoint(in);
             GPT model = model_from_checkpoint(ck, c10::Device(c10::kCPU), in, &ck.notes);
             Checkpoint clean{ck.config, ck.step, model->state_dict(), {}, ck.metadata};
+            if (!o->quantize.empty()) {
+              checks::export_quantized_gguf(model, o->quantize, o->quantizer, o->out);
+              std::cout << "wrote " << o->out << " (gguf, " << o->quantize << ", from " << in << ")\n";
+              return int(kOk);
+            }
             checks::export_model(clean, model, o->format, o->out, o->tokenizer);
             std::cout << "wrote " << o->out << " (" << o->format << ", from " << in << ")\n";
             return int(kOk);

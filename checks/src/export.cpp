@@ -45,6 +45,47 @@ int run(const std::string& cmd) {
 
 }  // namespace
 
+const std::vector<std::string>& gguf_weight_types() {
+  static const std::vector<std::string> t = {"q8_0", "q4_0", "q4_K_M"};
+  return t;
+}
+
+int64_t gguf_block_size(const std::string& weight_type) {
+  if (weight_type == "q8_0" || weight_type == "q4_0") return 32;
+  if (weight_type == "q4_K_M") return 256;
+  throw std::invalid_argument("unknown weight type '" + weight_type + "' (q8_0, q4_0, q4_K_M)");
+}
+
+void check_quantizable(GPT& model, const std::string& weight_type) {
+  const int64_t block = gguf_block_size(weight_type);
+  for (const auto& item : model->named_parameters()) {
+    const at::Tensor& w = item.value();
+    if (w.dim() == 2 && w.size(1) % block != 0)
+      throw std::invalid_argument(weight_type + ": " + item.key() + " has rows of " + std::to_string(w.size(1)) + " values, which " +
+                                  weight_type + "'s blocks of " + std::to_string(block) +
+                                  " cannot divide (llama-quantize would store it as another type)");
+  }
+}
+
+void export_quantized_gguf(GPT& model, const std::string& weight_type, const std::string& quantizer, const std::string& out) {
+  check_quantizable(model, weight_type);
+  if (quantizer.empty()) throw std::invalid_argument("a quantized GGUF needs a quantizer command (llama-quantize, or the llama.cpp adapter's --quantize)");
+  const std::string f32 = out + ".f32.tmp", part = out + ".part.tmp";
+  struct Cleanup {
+    std::vector<std::string> paths;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const auto& p : paths) fs::remove(p, ec);
+    }
+  } cleanup{{f32, part}};
+  write_gguf(f32, model);
+  const int rc = run(quantizer + " " + shell_quoted(f32) + " " + shell_quoted(part) + " " + shell_quoted(weight_type) + " >&2");
+  if (rc != 0 || !fs::exists(part))
+    throw std::runtime_error("the quantizer (" + quantizer + ") exited " + std::to_string(rc) + " quantizing to " + weight_type +
+                             (rc == 0 ? " and wrote nothing" : ""));
+  fs::rename(part, out);
+}
+
 const std::vector<std::string>& export_formats() {
   static const std::vector<std::string> f = {"pt", "safetensors", "gguf", "onnx", "hf", "transformers-js"};
   return f;

@@ -825,7 +825,7 @@ void quiet(ggml_log_level level, const char* text, void*) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   const std::string fault = env("TINYGPT_ENGINE_FAULT");
   if (!kFaults.count(fault)) {
     std::fprintf(stderr, "llama.cpp adapter: unknown TINYGPT_ENGINE_FAULT %s\n", fault.c_str());
@@ -834,6 +834,21 @@ int main() {
   llama_log_set(quiet, nullptr);
   ggml_backend_load_all_from_path(lib_dir().c_str());
   llama_backend_init();
+  // `adapter --quantize IN OUT TYPE`: llama-quantize's arguments, through the same quantizer `load` uses
+  // (tinygpt export --quantize runs it).
+  if (argc > 1 && std::string(argv[1]) == "--quantize") {
+    if (argc != 5) {
+      std::fprintf(stderr, "usage: adapter --quantize IN.gguf OUT.gguf q8_0|q4_0|q4_K_M\n");
+      return 2;
+    }
+    try {
+      Engine::quantize(argv[2], argv[3], argv[4]);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   Engine engine(fault);
   for (std::string line; std::getline(std::cin, line);) {
     if (line.empty()) continue;

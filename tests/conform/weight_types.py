@@ -9,7 +9,9 @@ Asserts:
    against the f32-weight engine, the report names the weight type;
  - the same at `--weight-budget 1e-4`: exit 1, the weight-budget row and the logit rows over it;
  - `--weight-type q4_K_M` on zoo:llama (width 192): refused by the tensor's name, exit 2, nothing judged;
- - a weight type the engine does not list: refused naming its hello's list, exit 2."""
+ - a weight type the engine does not list: refused naming its hello's list, exit 2;
+ - `tinygpt export --quantize q8_0` through the adapter's `--quantize`: a file about a quarter of the
+   float32 one; a quantizer that fails: exit 3, nothing written."""
 import json
 import os
 import subprocess
@@ -71,6 +73,25 @@ def main():
     r = run(base + ["--weight-type", "q5_1", "--checks", "tokens"])
     if r.returncode != 2 or "weight_types" not in r.stdout + r.stderr:
         problems.append("a weight type the engine does not list must be refused naming its list, exit 2: exit %d" % r.returncode)
+
+    # tinygpt export --quantize through the adapter's own quantizer: a q8_0 file about a quarter of the
+    # float32 one, nothing else left beside it; a quantizer that fails leaves nothing (exit 3, a runtime error).
+    f32, q8 = os.path.join(work, "f32.gguf"), os.path.join(work, "q8_0.gguf")
+    for f in (f32, q8):
+        if os.path.exists(f):
+            os.remove(f)
+    run([tinygpt, "export", "--format", "gguf", f32])
+    r = run([tinygpt, "export", "--format", "gguf", "--quantize", "q8_0", "--quantizer", engine + " --quantize", q8])
+    if r.returncode != 0 or not os.path.exists(q8) or not 0.2 < os.path.getsize(q8) / os.path.getsize(f32) < 0.35:
+        problems.append("export --quantize q8_0 should write a file about a quarter of the f32 one: exit %d" % r.returncode)
+    leftovers = [f for f in os.listdir(work) if f.endswith(".tmp")]
+    if leftovers:
+        problems.append("export --quantize left temporary files: %r" % leftovers)
+    bad = os.path.join(work, "failed.gguf")
+    r = run([tinygpt, "export", "--format", "gguf", "--quantize", "q4_0", "--quantizer", "false", bad])
+    if r.returncode != 3 or os.path.exists(bad) or "the quantizer (false) exited 1" not in r.stderr or any(
+            f.endswith(".tmp") for f in os.listdir(work)):
+        problems.append("a failing quantizer must exit 3 naming it and leave nothing: exit %d" % r.returncode)
 
     for p in problems:
         print("FAIL: " + p)

@@ -18,11 +18,24 @@ import torch.nn.functional as F
 CFG = {"vocab_size": 4096, "d_model": 256, "n_heads": 4, "n_layers": 6, "context": 256, "dropout": 0.1}
 
 
+_ROPE = {}  # (head dim, device) -> (cos, sin) of positions 0.. (P, hd / 2), grown as asked
+
+
+def rope_tables(hd, end, device):
+    """cos and sin of position p times each frequency, for p < end: the same float32 products whether
+    one position or many is computed, so a table read at [start, start + T) equals computing them there."""
+    key = (hd, str(device))
+    if key not in _ROPE or _ROPE[key][0].shape[0] < end:
+        freqs = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float32, device=device) / hd)
+        angles = torch.arange(0, max(end, 1024), dtype=torch.float32, device=device)[:, None] * freqs
+        _ROPE[key] = (angles.cos(), angles.sin())
+    return _ROPE[key]
+
+
 def rope_at(x, start):
-    hd = x.shape[-1]
-    freqs = 10000.0 ** (-torch.arange(0, hd, 2, dtype=torch.float32, device=x.device) / hd)
-    angles = torch.arange(start, start + x.shape[-2], dtype=torch.float32, device=x.device)[:, None] * freqs
-    cos, sin = angles.cos(), angles.sin()
+    hd, T = x.shape[-1], x.shape[-2]
+    cos, sin = rope_tables(hd, start + T, x.device)
+    cos, sin = cos[start:start + T], sin[start:start + T]
     a, b = x[..., 0::2], x[..., 1::2]
     out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1)
     return out.flatten(-2)
