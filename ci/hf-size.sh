@@ -10,6 +10,8 @@
 #   tokens-600  verify --checks tokens --faults none (the 600-token greedy run, its uncached reference first)
 #   seed-faults verify --tokens 64 --checks tokens,logits,teacher-forced --faults rope-offset,topleft-mask (the
 #               seed's two faults caught on this model, inside the context)
+#   quick-faults verify --quick --faults all (the fault matrix inside the context: every fault that applies
+#               to the model, through the rows that must catch it, at 64 tokens)
 #   full-64     verify --tokens 64 (every default row, the fault matrix)
 # Writes WORK_DIR/SHAPE/costs.json: per level the wall seconds, peak RSS and each row's seconds.
 # Long (tens of minutes on 2 cores): never run by the test suite.
@@ -44,6 +46,7 @@ for level in "${want[@]}"; do
     quick) args=(--quick) ;;
     tokens-600) args=(--checks tokens --faults none) ;;
     seed-faults) args=(--tokens 64 --checks tokens,logits,teacher-forced --faults rope-offset,topleft-mask) ;;
+    quick-faults) args=(--quick --faults all) ;;
     full-64) args=(--tokens 64) ;;
     *) echo "hf-size: unknown level '$level'" >&2; exit 2 ;;
   esac

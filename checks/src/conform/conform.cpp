@@ -336,7 +336,8 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
         if (!v.ok && row.status == Status::Pass) {
           const size_t first = v.first_over.value_or(d.kl.size() - 1);
           row.status = Status::Fail;
-          row.detail = "against the same engine with " + vs_words + ", per answer: " + v.why + " - over the budget (" + v.bound +
+          const std::string budget = vs == "f32_cache" ? "KV budget" : vs == "f32_weights" ? "weights' budget" : "budget";
+          row.detail = "against the same engine with " + vs_words + ", per answer: " + v.why + " - over the " + budget + " (" + v.bound +
                        "; first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(d.kl.size()) + ", KL " +
                        sci(d.kl[first]) + "); " + row.detail;
         }
