@@ -13,8 +13,8 @@
 
 namespace tinygpt::checks {
 
-bool FaultOutcome::ran(const std::string& check) const {
-  return std::any_of(checks.begin(), checks.end(), [&](const CheckResult& c) { return c.name == check; });
+bool FaultOutcome::ran(const std::string& check) const {  // a skipped row never ran: it can neither catch nor miss
+  return std::any_of(checks.begin(), checks.end(), [&](const CheckResult& c) { return c.name == check && c.status != Status::Skipped; });
 }
 
 std::vector<std::string> InjectionReport::check_names() const {
@@ -50,7 +50,7 @@ std::vector<std::string> FaultOutcome::errors() const {
 std::vector<std::string> FaultOutcome::missed_expected() const {
   std::vector<std::string> out;
   for (const auto& e : expected)
-    if (!caught_by(e)) out.push_back(e);
+    if (ran(e) && !caught_by(e)) out.push_back(e);
   return out;
 }
 

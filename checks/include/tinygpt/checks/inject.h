@@ -28,7 +28,7 @@ struct FaultOutcome {
   std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
   bool drift_measured = true;                    // false when its run made no greedy main run
   std::optional<int64_t> seed_drift;             // the seed's own figure for this fault, where it reports one
-  bool ran(const std::string& check) const;      // the check was part of its run
+  bool ran(const std::string& check) const;      // the check ran: part of its run and not skipped
   bool caught() const;                           // some check failed on it
   bool caught_by(const std::string& check) const;  // that check's status is fail
   std::vector<std::string> missed_expected() const;
