@@ -56,7 +56,7 @@ def main():
         if 'id="kv-%s"' % t not in html:
             problems.append("no plot for %s in the HTML report" % t)
     md = open(paths["md"]).read()
-    if "What each KV cache type costs, per position" not in md or "| positions | mean KL |" not in md:
+    if "What each KV cache or weight type costs, per position" not in md or "| positions | mean KL |" not in md:
         problems.append("no per-position KV table in the Markdown report")
     # Every row under a type is also sent to the same engine with an f32 cache: each row reports what
     # the type costs against it, and is judged by the budget (q8_0 inside 3e-5, q4_0 outside).

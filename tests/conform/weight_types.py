@@ -32,7 +32,8 @@ def main():
     base = [tinygpt, "conform", "--engine", engine, "--tokens", "300", "--threads", "1"]
 
     out = os.path.join(work, "q4_0.json")
-    r = run(base + ["--weight-type", "q4_0", "--checks", "tokens,prefix-reuse", "--json", out])
+    html = os.path.join(work, "q4_0.html")
+    r = run(base + ["--weight-type", "q4_0", "--checks", "tokens,prefix-reuse", "--json", out, "--html", html])
     if r.returncode != 0:
         problems.append("q4_0 at its default budget: expected exit 0, got %d" % r.returncode)
     doc = json.load(open(out))
@@ -55,6 +56,9 @@ def main():
     costs = [k for k in doc.get("kv_cost", []) if k.get("kind") == "weight"]
     if len(costs) != 1 or "vs_baseline" not in costs[0]:
         problems.append("the JSON's kv_cost must hold the weight type's per-position cost against the f32 weights")
+    page = open(html).read()
+    if 'id="weight-q4_0"' not in page or "weights q4_0: KL per step" not in page or "same target, f32 weights" not in page:
+        problems.append("the HTML report must plot the weight type's KL per position, against the f32 weights")
 
     out = os.path.join(work, "tight.json")
     r = run(base + ["--weight-type", "q4_0", "--weight-budget", "1e-4", "--checks", "logits", "--json", out])

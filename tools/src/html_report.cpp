@@ -279,14 +279,14 @@ std::string drift_plots(const ReportInput& in) {
 // our model, the budget line, the window edge, and a tick where the top-1 parts from the fp32-cache run.
 std::string kv_section(const ReportInput& in) {
   std::ostringstream h;
-  h << "<h2>What each KV cache type costs, per position</h2>\n<p class=\"note\">The teacher-forced run (the reference's "
-       "sequence fed to every type) through the engine with each cache type: KL(baseline || type) per step against the same "
-       "target with an fp32 cache (solid: only the cache's precision differs) and against our fp32 model (dashed). The "
+  h << "<h2>What each KV cache or weight type costs, per position</h2>\n<p class=\"note\">The teacher-forced run (the reference's "
+       "sequence fed to every type) through the engine with each cache or weight type: KL(baseline || type) per step against the "
+       "same target at fp32 (solid: only that precision differs) and against our fp32 model (dashed). The "
        "dotted line is the budget the row is judged by; red ticks mark positions whose argmax parts from the baseline's. "
        "Inside and past the window, so a drift that starts late is visible at a glance.</p>\n";
   for (const auto& k : *in.kv) {
     std::vector<Series> s;
-    if (!k.baseline.empty()) s.push_back({"vs the same target with an " + k.baseline + " cache", k.vs_baseline.first_position, k.vs_baseline.kl, kControl});
+    if (!k.baseline.empty()) s.push_back({"vs the same target with " + k.baseline_words(), k.vs_baseline.first_position, k.vs_baseline.kl, kControl});
     s.push_back({"vs our fp32 model", k.vs_model.first_position, k.vs_model.kl, kFaults[0]});
     const checks::StepDiffs& d = k.judged();
     std::vector<int64_t> parted;
@@ -294,17 +294,17 @@ std::string kv_section(const ReportInput& in) {
       if (!d.top1[i]) parted.push_back(d.first_position + static_cast<int64_t>(i));
     const std::string sub = std::string(k.passed() ? "PASS" : "FAIL") + ": mean KL " + num(d.kl_mean()) + ", p99 " + num(checks::kl_p99(d)) +
                             ", max " + num(d.kl_max()) + ", top-1 " + num(100.0 * d.top1_agreement(), "%.1f") + "%";
-    h << log_plot("kv-" + k.kv_type, "KV cache " + k.kv_type + ": KL per step", s, in.context, k.budget, 1120, 300, true, sub,
+    h << log_plot(k.kind + "-" + k.kv_type, k.what() + ": KL per step", s, in.context, k.budget, 1120, 300, true, sub,
                   "KL per step (nats, log scale)", "budget", parted, "top-1 parts from the baseline at position");
   }
-  h << "<table class=\"kv\">" << header_row({"KV type", "against", "mean KL", "p99 KL", "max KL", "top-1", "first parting", "worst |diff|", "verdict"});
+  h << "<table class=\"kv\">" << header_row({"type", "against", "mean KL", "p99 KL", "max KL", "top-1", "first parting", "worst |diff|", "verdict"});
   for (const auto& k : *in.kv) {
     auto row = [&](const std::string& against, const checks::StepDiffs& d, bool judged) {
-      h << "<tr>" << td(k.kv_type) << td(against) << td(num(d.kl_mean())) << td(num(checks::kl_p99(d))) << td(num(d.kl_max()))
+      h << "<tr>" << td(k.what()) << td(against) << td(num(d.kl_mean())) << td(num(checks::kl_p99(d))) << td(num(d.kl_max()))
         << td(num(100.0 * d.top1_agreement(), "%.1f") + "%") << td(d.first_top1_parting ? std::to_string(*d.first_top1_parting) : "never")
         << td(num(d.worst)) << (judged ? td(k.passed() ? "pass" : "fail", k.passed() ? "PASS" : "FAIL") : td("")) << "</tr>\n";
     };
-    if (!k.baseline.empty()) row("same target, " + k.baseline + " cache", k.vs_baseline, true);
+    if (!k.baseline.empty()) row("same target, " + k.baseline_words(), k.vs_baseline, true);
     row("our fp32 model", k.vs_model, k.baseline.empty());
   }
   h << "</table>\n";
@@ -426,11 +426,11 @@ std::string render_markdown(const ReportInput& in) {
     }
   }
   if (in.kv && !in.kv->empty()) {
-    m << "\n**What each KV cache type costs, per position** (teacher-forced; KL(baseline || type) per step, mean over each span)\n";
+    m << "\n**What each KV cache or weight type costs, per position** (teacher-forced; KL(baseline || type) per step, mean over each span)\n";
     for (const auto& k : *in.kv) {
       const checks::StepDiffs& d = k.judged();
-      m << "\n`" << k.kv_type << "`: " << (k.passed() ? "PASS" : "FAIL") << ", mean KL " << num(d.kl_mean()) << " against "
-        << (k.baseline.empty() ? std::string("our fp32 model") : "the same target with an " + k.baseline + " cache") << " (budget "
+      m << "\n" << k.what() << ": " << (k.passed() ? "PASS" : "FAIL") << ", mean KL " << num(d.kl_mean()) << " against "
+        << (k.baseline.empty() ? std::string("our fp32 model") : "the same target with " + k.baseline_words()) << " (budget "
         << num(k.budget) << "), p99 " << num(checks::kl_p99(d)) << ", max " << num(d.kl_max()) << ", top-1 "
         << num(100.0 * d.top1_agreement(), "%.1f") << "%, first parting "
         << (d.first_top1_parting ? std::to_string(*d.first_top1_parting) : std::string("never")) << "\n\n| positions | mean KL | max KL | top-1 |"

@@ -24,6 +24,9 @@ struct KvCost {
   StepDiffs vs_model;     // against our fp32 model (the banded reference: the rolling cache's semantics)
   double budget = 0;
   std::optional<double> min_top1;  // unset: the budget gates on KL alone
+  // "KV cache q8_0" or "weights q4_0"; the baseline in words: "an f32 cache" or "f32 weights".
+  std::string what() const { return (kind == "kv" ? "KV cache " : "weights ") + kv_type; }
+  std::string baseline_words() const { return kind == "kv" ? "an " + baseline + " cache" : baseline + " weights"; }
   // What the verdict is judged against: vs_baseline when there is one, else vs_model.
   const StepDiffs& judged() const { return baseline.empty() ? vs_model : vs_baseline; }
   // The first position whose step's KL exceeds the budget, if any.
