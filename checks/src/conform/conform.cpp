@@ -107,6 +107,16 @@ std::vector<std::string> hello_kv_types(const nlohmann::json& hello) { return he
 std::vector<std::string> hello_weight_types(const nlohmann::json& hello) { return hello_list(hello, "weight_types"); }
 
 namespace {
+// `part` of the value `flag` asked for must be one of what hello lists under `key` (a `what` of the
+// engine's): std::invalid_argument naming the list otherwise.
+void require_listed(const json& hello, const char* key, const std::string& flag, const std::string& value, const std::string& part,
+                    const std::string& what) {
+  const std::vector<std::string> listed = hello_list(hello, key);
+  if (std::find(listed.begin(), listed.end(), part) == listed.end())
+    throw std::invalid_argument(flag + " " + value + ": the engine has no " + what + " '" + part + "' (its hello's " + key + ": " +
+                                (listed.empty() ? std::string("none") : engine_json(hello[key])) + ")");
+}
+
 // A zoo member (SPEC 10) goes as a Hugging Face directory, a GGUF file or an ONNX graph, which carry its
 // knobs (the GGUF's architecture is the llama.cpp graph that computes it; the ONNX graph is written
 // from its config); the series' formats would drop them. A model of the seed's architecture goes in any
@@ -176,19 +186,13 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
   json request = {{"op", "load"}, {"checkpoint", file}, {"format", m.format}, {"config", config}};
   if (!kv_type.empty()) {
     // Each of K and V ("K/V") must be a type the engine lists.
-    const std::vector<std::string> listed = hello_kv_types(m.hello);
     const auto slash = kv_type.find('/');
     for (const std::string& part : {kv_type.substr(0, slash), slash == std::string::npos ? kv_type : kv_type.substr(slash + 1)})
-      if (std::find(listed.begin(), listed.end(), part) == listed.end())
-        throw std::invalid_argument("--kv-type " + kv_type + ": the engine has no KV cache type '" + part + "' (its hello's kv_types: " +
-                                    (listed.empty() ? std::string("none") : engine_json(m.hello["kv_types"])) + ")");
+      require_listed(m.hello, "kv_types", "--kv-type", kv_type, part, "KV cache type");
     request["kv_type"] = kv_type;
   }
   if (const std::string& w = precision.weight_type; !w.empty()) {
-    const std::vector<std::string> listed = hello_weight_types(m.hello);
-    if (std::find(listed.begin(), listed.end(), w) == listed.end())
-      throw std::invalid_argument("--weight-type " + w + ": the engine has no weight type '" + w + "' (its hello's weight_types: " +
-                                  (listed.empty() ? std::string("none") : engine_json(m.hello["weight_types"])) + ")");
+    require_listed(m.hello, "weight_types", "--weight-type", w, w, "weight type");
     request["weight_type"] = w;
   }
   json load = m.proc->call(request);
@@ -237,7 +241,7 @@ constexpr double kQuantizedSelfTolerance = 0.2;
 // (their costs add); none at full precision.
 std::optional<double> precision_budget(const ConformOptions& o) {
   if (!low_kv(o) && !low_weights(o)) return std::nullopt;
-  return (low_kv(o) ? o.kv_budget : 0.0) + (low_weights(o) ? o.weight_budget.value_or(default_weight_budget(o.weight_type)) : 0.0);
+  return (low_kv(o) ? o.kv_budget : 0.0) + (low_weights(o) ? o.weights_budget() : 0.0);
 }
 
 // The options every row of a conform run reads: the main prompt, the tokens the engine may be
@@ -294,14 +298,23 @@ EquivalenceResult conform_figures(const EquivalenceOptions& eo, const Config& cf
   return r;
 }
 
+// What a mirrored run's baseline is (the same engine at f32: its cache, its weights or both), as the
+// rows' statistics key it ("f32_cache", "f32_weights", "f32_engine"), in words, and the budget it judges.
+struct MirrorLabels {
+  std::string key, words, budget;
+  MirrorLabels(bool cache, bool weights)
+      : key(cache && weights ? "f32_engine" : cache ? "f32_cache" : "f32_weights"),
+        words(cache && weights ? "f32 weights and cache" : cache ? "an f32 cache" : "f32 weights"),
+        budget(cache && weights ? "budget" : cache ? "KV budget" : "weights' budget") {}
+};
+
 // Runs the selected rows on the engine in table order. An engine without a sampler gets one row
 // saying so, not one per sampler row; once the engine cannot be talked to, the rest are errors.
 // With a mirror (a low-precision engine beside the same engine at f32), each row's answers are also
-// judged against the mirror's by `kv_bounds`, its statistics keyed by `vs` ("f32_cache", "f32_weights"
-// or "f32_engine") and named in words by `vs_words`.
+// judged against the mirror's by `kv_bounds`, its statistics and words as `labels` say.
 void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTarget& target, ConformReport& rep,
               const std::function<void(const std::string&)>& say, MirrorTarget* mirror = nullptr,
-              const Tolerances& kv_bounds = Tolerances{}, const std::string& vs = "", const std::string& vs_words = "") {
+              const Tolerances& kv_bounds = Tolerances{}, const MirrorLabels& labels = MirrorLabels(true, false)) {
   bool said_no_sampler = false;
   for (const auto& name : names) {
     const CheckDef& def = find_check(name);
@@ -327,6 +340,7 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
     if (mirror) {  // a low-precision KV type: this row's answers against the same engine with an f32 cache
       const StepDiffs d = mirror->take();
       if (!d.kl.empty()) {
+        const std::string& vs = labels.key;
         row.stats["kl_mean_vs_" + vs] = d.kl_mean();
         row.stats["kl_p99_vs_" + vs] = kl_p99(d);
         row.stats["kl_max_vs_" + vs] = d.kl_max();
@@ -336,8 +350,7 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
         if (!v.ok && row.status == Status::Pass) {
           const size_t first = v.first_over.value_or(d.kl.size() - 1);
           row.status = Status::Fail;
-          const std::string budget = vs == "f32_cache" ? "KV budget" : vs == "f32_weights" ? "weights' budget" : "budget";
-          row.detail = "against the same engine with " + vs_words + ", per answer: " + v.why + " - over the " + budget + " (" + v.bound +
+          row.detail = "against the same engine with " + labels.words + ", per answer: " + v.why + " - over the " + labels.budget + " (" + v.bound +
                        "; first answer over it: " + std::to_string(first + 1) + " of " + std::to_string(d.kl.size()) + ", KL " +
                        sci(d.kl[first]) + "); " + row.detail;
         }
@@ -430,10 +443,9 @@ ConformReport run_conform(const ConformOptions& o) {
   const bool kv_base = takes_rows && low_kv(o) && lists_f32(hello_kv_types(engine.hello()));
   const bool weight_base = takes_rows && low_weights(o) && lists_f32(hello_weight_types(engine.hello()));
   const EnginePrecision base_precision{kv_base ? "f32" : o.kv_type, weight_base ? "f32" : o.weight_type};
-  const std::string vs = kv_base && weight_base ? "f32_engine" : kv_base ? "f32_cache" : "f32_weights";
-  const std::string vs_words = kv_base && weight_base ? "f32 weights and cache" : kv_base ? "an f32 cache" : "f32 weights";
+  const MirrorLabels labels(kv_base, weight_base);
   if (kv_base || weight_base) {
-    say("the baseline: the same engine with " + vs_words + ", sent every request");
+    say("the baseline: the same engine with " + labels.words + ", sent every request");
     base_engine = std::make_unique<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, base_precision);
     base_target = std::make_unique<RemoteTarget>(base_engine->process(), base_engine->hello(), cfg.vocab_size, cfg.context);
     base_target->set_spawn(second_instances(o, cfg, base_precision));
@@ -450,7 +462,7 @@ ConformReport run_conform(const ConformOptions& o) {
   Tolerances kv_bounds;  // the precision's budget, judged like any bound (judge.h)
   kv_bounds.max_kl = precision_budget(o).value_or(o.kv_budget);
   kv_bounds.min_top1 = o.kv_min_top1;
-  run_rows(names, ctx, target, rep, say, mirror.get(), kv_bounds, vs, vs_words);
+  run_rows(names, ctx, target, rep, say, mirror.get(), kv_bounds, labels);
   rep.model.checks = rep.rows;
   if (!rep.fatal && (!o.kv_type.empty() || !o.kv_compare.empty())) {
     try {
@@ -476,29 +488,12 @@ ConformReport run_conform(const ConformOptions& o) {
                "against our model by the budget";
     rep.rows.push_back(r);
   } else if (!rep.fatal && low_weights(o)) {
-    // What the weights cost, llama-perplexity's figures: the teacher-forced run against the same
-    // engine with f32 weights (at the same cache type) and against our model, by the weights' budget.
+    // What the weights cost, llama-perplexity's figures (the baseline running already holds f32 weights
+    // at this run's cache type unless its cache is f32 too: weight_cost starts one then).
     try {
-      say("weight cost: the teacher-forced run with " + o.weight_type + " weights");
-      const at::Tensor got = forced_logits(target, eo.prompt, eo.tokens, ctx.ref());
-      at::Tensor base;
-      std::unique_ptr<LoadedEngine> f32_weights;
-      if (weight_base) {
-        const EnginePrecision at_f32{o.kv_type, "f32"};
-        if (!kv_base) {
-          base = forced_logits(*base_target, eo.prompt, eo.tokens, ctx.ref());
-        } else {  // the running baseline's cache is f32 too: one with this run's cache type
-          f32_weights = std::make_unique<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, at_f32);
-          RemoteTarget t(f32_weights->process(), f32_weights->hello(), cfg.vocab_size, cfg.context);
-          base = forced_logits(t, eo.prompt, eo.tokens, ctx.ref());
-          f32_weights->process().quit();
-        }
-      }
-      KvCost w = kv_cost_of(o.weight_type, "f32", got, base, ctx.ref(), eo.prompt.size(1),
-                            o.weight_budget.value_or(default_weight_budget(o.weight_type)), o.kv_min_top1, o.tolerance.logits);
-      w.kind = "weight";
-      rep.kv.push_back(w);
-      rep.rows.push_back(kv_budget_row(w));
+      rep.kv.push_back(weight_cost(o, engine.hello(), target, eo, ctx.ref(), cfg.vocab_size, cfg.context,
+                                   weight_base && !kv_base ? base_target.get() : nullptr));
+      rep.rows.push_back(kv_budget_row(rep.kv.back()));
     } catch (const EngineUnusable&) {
       throw;
     } catch (const std::exception& e) {

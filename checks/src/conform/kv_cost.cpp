@@ -79,13 +79,29 @@ std::string kv_stats_text(const StepDiffs& d) {
   return s + ", worst |diff| " + sci(d.worst) + " at position " + std::to_string(d.worst_position);
 }
 
+namespace {
+
+// The teacher-forced logits of another instance of the engine, loaded at `precision`.
+at::Tensor forced_logits_of(const ConformOptions& o, const EnginePrecision& precision, const EquivalenceOptions& eo, const Reference& ref,
+                            int64_t vocab, int64_t context) {
+  LoadedEngine e(o.engine, o.checkpoint, o.timeout_s, nullptr, precision);
+  RemoteTarget t(e.process(), e.hello(), vocab, context);
+  const at::Tensor l = forced_logits(t, eo.prompt, eo.tokens, ref);
+  e.process().quit();
+  return l;
+}
+
+bool lists_f32(const std::vector<std::string>& listed) { return std::find(listed.begin(), listed.end(), "f32") != listed.end(); }
+
+}  // namespace
+
 std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
                              const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline_target) {
   auto say = [&](const std::string& s) {
     if (o.progress) o.progress(s);
   };
   const std::vector<std::string> listed = hello_kv_types(hello);
-  const std::string baseline = std::find(listed.begin(), listed.end(), "f32") != listed.end() ? "f32" : "";
+  const std::string baseline = lists_f32(listed) ? "f32" : "";
   std::vector<std::string> types;
   if (!o.kv_type.empty()) types.push_back(o.kv_type);
   for (const auto& t : o.kv_compare)
@@ -93,11 +109,7 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
   // Another instance of the engine with another cache type, driven through the same run.
   auto run_with = [&](const std::string& type) {
     if (type == o.kv_type) return forced_logits(main, eo.prompt, eo.tokens, ref);
-    LoadedEngine e(o.engine, o.checkpoint, o.timeout_s, nullptr, EnginePrecision{type, o.weight_type});
-    RemoteTarget t(e.process(), e.hello(), vocab, context);
-    const at::Tensor l = forced_logits(t, eo.prompt, eo.tokens, ref);
-    e.process().quit();
-    return l;
+    return forced_logits_of(o, EnginePrecision{type, o.weight_type}, eo, ref, vocab, context);
   };
   const int64_t T0 = eo.prompt.size(1);
   at::Tensor base;  // (1, n, V)
@@ -114,6 +126,19 @@ std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hell
   return out;
 }
 
+KvCost weight_cost(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
+                   const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline) {
+  if (o.progress) o.progress("weight cost: the teacher-forced run with " + o.weight_type + " weights");
+  const at::Tensor got = forced_logits(main, eo.prompt, eo.tokens, ref);
+  at::Tensor base;  // (1, n, V); undefined where the engine has no f32 weights
+  if (lists_f32(hello_weight_types(hello)))
+    base = baseline ? forced_logits(*baseline, eo.prompt, eo.tokens, ref)
+                    : forced_logits_of(o, EnginePrecision{o.kv_type, "f32"}, eo, ref, vocab, context);
+  KvCost w = kv_cost_of(o.weight_type, "f32", got, base, ref, eo.prompt.size(1), o.weights_budget(), o.kv_min_top1, o.tolerance.logits);
+  w.kind = "weight";
+  return w;
+}
+
 CheckResult kv_budget_row(const KvCost& k) {
   CheckResult r;
   r.name = k.kind + "-budget [" + k.kv_type + "]";
@@ -128,9 +153,8 @@ CheckResult kv_budget_row(const KvCost& k) {
   const auto over = k.first_over_budget();
   if (over) r.stats["first_kl_over"] = static_cast<double>(*over);
   r.stats["model_kl_mean"] = k.vs_model.kl_mean();
-  const std::string what = k.kind == "kv" ? " cache" : " weights";
-  const std::string against = k.baseline.empty() ? "our fp32 model (the target has no f32" + what + ")"
-                                                 : "the same target with " + std::string(k.kind == "kv" ? "an " : "") + k.baseline + what;
+  const std::string against = k.baseline.empty() ? "our fp32 model (the target has no f32" + std::string(k.kind == "kv" ? " cache" : " weights") + ")"
+                                                 : "the same target with " + k.baseline_words();
   std::string budget = "budget: mean KL <= " + sci(k.budget);
   if (k.min_top1) budget += ", top-1 >= " + pct(*k.min_top1);
   budget += over ? "; first step over it at position " + std::to_string(*over) + " (KL " +

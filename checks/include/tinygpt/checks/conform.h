@@ -28,6 +28,10 @@ struct EngineUnusable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A weight type's default budget, mean KL per step: 1e-3 for an 8-bit type, 5e-2 for 4-bit ones
+// (q4_0, q4_K_M), 0 for f32 (docs/checks.md, "Quantized weights", has what llama.cpp's cost).
+double default_weight_budget(const std::string& weight_type);
+
 struct ConformOptions {
   std::string engine;      // the command line, run through /bin/sh -c
   std::string checkpoint;  // .pt or .safetensors; empty: the shipped fixture
@@ -73,6 +77,8 @@ struct ConformOptions {
   // The user's decision (docs/checks.md, "Quantized weights"); unset: default_weight_budget(weight_type).
   std::optional<double> weight_budget;
   std::function<void(const std::string&)> progress;
+  // weight_budget, or the type's default.
+  double weights_budget() const { return weight_budget.value_or(default_weight_budget(weight_type)); }
 };
 
 class DecodeTarget;
@@ -81,6 +87,11 @@ class DecodeTarget;
 // `baseline`, when given, is the engine already loaded with its f32 cache (else one is started).
 std::vector<KvCost> kv_costs(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
                              const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline = nullptr);
+// What o.weight_type costs (`weight-budget [TYPE]`, judged by o.weights_budget()): the teacher-forced run
+// through `main` against the same engine with f32 weights at o.kv_type's cache, when hello's weight_types
+// lists f32 (`baseline` when one runs already, else another instance), and against our model.
+KvCost weight_cost(const ConformOptions& o, const nlohmann::json& hello, DecodeTarget& main, const EquivalenceOptions& eo,
+                   const Reference& ref, int64_t vocab, int64_t context, DecodeTarget* baseline = nullptr);
 
 struct ConformReport {
   std::string engine_name, command, checkpoint, format, kv_type, weight_type;
@@ -104,9 +115,6 @@ class EngineProcess;
 
 // The KV cache types an engine's hello lists in "kv_types" (empty when it lists none).
 std::vector<std::string> hello_kv_types(const nlohmann::json& hello);
-// A weight type's default budget, mean KL per step: 1e-3 for an 8-bit type, 5e-2 for 4-bit ones
-// (q4_0, q4_K_M), 0 for f32 (docs/checks.md, "Quantized weights", has what llama.cpp's cost).
-double default_weight_budget(const std::string& weight_type);
 // The weight types it lists in "weight_types" (empty when it lists none).
 std::vector<std::string> hello_weight_types(const nlohmann::json& hello);
 
