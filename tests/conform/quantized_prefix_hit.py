@@ -17,56 +17,44 @@ WORK_DIR/prefix_hit.json. Exit 0 when those hold (a quantized type's prefix-hit 
 measurement, reported, not asserted), 1 otherwise, 77 when the engine is not built."""
 import json
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-
-
-class Engine:
-    def __init__(self, cmd):
-        self.p = subprocess.Popen(cmd, shell=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-
-    def call(self, req):
-        self.p.stdin.write(json.dumps(req) + "\n")
-        self.p.stdin.flush()
-        a = json.loads(self.p.stdout.readline())
-        if not a.get("ok"):
-            raise RuntimeError("%s: %s" % (req["op"], a.get("error")))
-        return a
-
-    def quit(self):
-        self.p.stdin.write('{"op": "quit"}\n')
-        self.p.stdin.flush()
-        self.p.wait(timeout=30)
+sys.path.insert(0, os.path.join(ROOT, "tests", "engines"))
+from adapter_client import member_engine  # noqa: E402
 
 
 def argmax(v):
     return max(range(len(v)), key=v.__getitem__)
 
 
-def answer(e, prompt, steps):
+def answer(call, prompt, steps):
     """(reused, [logits of the prompt's last position, then of each decoded step], ids)."""
-    a = e.call({"op": "prefill", "ids": [prompt]})
+    a = call({"op": "prefill", "ids": [prompt]})
     row, logits = a["rows"][0], [a["logits"][0]]
     reused = (a.get("reused") or [0])[0]
     ids = []
     for _ in range(steps):
         ids.append(argmax(logits[-1]))
-        logits.append(e.call({"op": "step", "rows": [row], "ids": [[ids[-1]]]})["logits"][0])
-    e.call({"op": "release", "row": row})
+        logits.append(call({"op": "step", "rows": [row], "ids": [[ids[-1]]]})["logits"][0])
+    call({"op": "release", "row": row})
     return reused, logits, ids
 
 
-def stepwise(e, prompt):
+def stepwise(call, prompt):
     """The prompt's last logits with its cells written one token at a time (a 3-token prefill, then steps)."""
-    a = e.call({"op": "prefill", "ids": [prompt[:3]]})
+    a = call({"op": "prefill", "ids": [prompt[:3]]})
     row, logits = a["rows"][0], a["logits"][0]
     for t in prompt[3:]:
-        logits = e.call({"op": "step", "rows": [row], "ids": [[t]]})["logits"][0]
-    e.call({"op": "release", "row": row})
+        logits = call({"op": "step", "rows": [row], "ids": [[t]]})["logits"][0]
+    call({"op": "release", "row": row})
     return logits
+
+
+def parting(a, b):
+    """The first step whose greedy ids differ, or None."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
 def worst(a, b):
@@ -83,35 +71,27 @@ def main():
         print("skipped: %s is not built (ci/engines.sh builds it)" % engine)
         return 77
     os.makedirs(work, exist_ok=True)
-    gguf = os.path.join(work, "fixture.gguf")
-    subprocess.run([tinygpt, "export", "--format", "gguf", gguf], check=True, stdout=subprocess.DEVNULL)
     golden = json.load(open(os.path.join(ROOT, "golden", "greedy_600.json")))
     prompt = golden["rows"][0]["ids"][:n_prompt]
     results, problems = [], []
     for t in types:
-        e = Engine(engine)
-        e.call({"op": "hello", "protocol": 3})
-        load = {"op": "load", "checkpoint": gguf, "format": "gguf", "config": {"context": 256, "vocab_size": 4096}}
-        if t != "f32":
-            load["weight_type"] = t
-        e.call(load)
-        e.call({"op": "reset"})
-        _, first, first_ids = answer(e, prompt, steps)
-        reused, hit, hit_ids = answer(e, prompt, steps)  # the prefix from the released row's cells
-        e.call({"op": "reset"})                          # the cache cleared: computed whole again
-        _, again, again_ids = answer(e, prompt, steps)
-        e.call({"op": "reset"})                          # the same prompt's cells written a token at a time
-        by_steps = stepwise(e, prompt)
-        # The same prompt again, its prefix now served from those cells (a conversation's next turn: the
-        # prompt holds the tokens the engine generated last turn, their cells written a token at a time).
-        reused_gen, gen_hit, gen_ids = answer(e, prompt, steps)
-        e.quit()
-        part = next((i for i, (x, y) in enumerate(zip(first_ids, hit_ids)) if x != y), None)
+        with member_engine(tinygpt, engine, "fixture", **({} if t == "f32" else {"weight_type": t})) as call:
+            call({"op": "reset"})
+            _, first, first_ids = answer(call, prompt, steps)
+            reused, hit, hit_ids = answer(call, prompt, steps)  # the prefix from the released row's cells
+            call({"op": "reset"})                               # the cache cleared: computed whole again
+            _, again, again_ids = answer(call, prompt, steps)
+            call({"op": "reset"})                               # the same prompt's cells written a token at a time
+            by_steps = stepwise(call, prompt)
+            # The same prompt again, its prefix now served from those cells (a conversation's next turn: the
+            # prompt holds the tokens the engine generated last turn, their cells written a token at a time).
+            reused_gen, gen_hit, gen_ids = answer(call, prompt, steps)
+        part = parting(first_ids, hit_ids)
         r = {"weight_type": t, "reused": reused, "prompt_diff": worst(first[:1], hit[:1]), "steps_diff": worst(first, hit),
              "ids_part_at_step": part, "whole_twice_diff": worst(first, again), "whole_twice_ids_equal": first_ids == again_ids,
              "stepwise_diff": worst(first[:1], [by_steps]), "generated_hit_reused": reused_gen,
              "generated_hit_diff": worst(first, gen_hit),
-             "generated_hit_ids_part_at_step": next((i for i, (x, y) in enumerate(zip(first_ids, gen_ids)) if x != y), None)}
+             "generated_hit_ids_part_at_step": parting(first_ids, gen_ids)}
         results.append(r)
         print("%-7s reused %d of %d: the prompt's last logits %.2e apart, the %d steps %.2e, greedy ids %s; computed whole twice: %.2e; "
               "its cells written a token at a time: %.2e, a hit on those cells: %.2e over the %d steps, greedy ids %s"
