@@ -95,7 +95,8 @@ Command add_generate(CLI::App& app) {
               out = generate_uncached(model, prompt, o->tokens, choose);
             } else {
               checks::Decoder d = variant.decoder(model->config());
-              out = generate_cached(model, prompt, o->tokens, choose, *d.cache, d.path, {}, stop);
+              GPT runs = variant.model(model);
+              out = generate_cached(runs, prompt, o->tokens, choose, *d.cache, d.path, {}, stop);
             }
             const int64_t T0 = prompt.size(1);
             for (int64_t b = 0; b < out.size(0); ++b) {

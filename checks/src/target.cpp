@@ -101,7 +101,7 @@ SpeculativeAnswer ModelTarget::speculate(const SpeculativeRequest& r) {
 }
 
 ModelTarget::ModelTarget(GPT model, const CacheVariant& variant)
-    : model_(std::move(model)), variant_(&variant), decoder_(variant.decoder(model_->config())),
+    : base_(std::move(model)), model_(variant.model(base_)), variant_(&variant), decoder_(variant.decoder(model_->config())),
       sampler_(props::production_sampler()) {}
 
 ModelTarget::~ModelTarget() = default;
@@ -162,7 +162,7 @@ std::vector<int64_t> ModelTarget::reused() const { return rows_ ? rows_->reused(
 std::string ModelTarget::save_row(int64_t row) { return to_bytes(rows().save(row)); }
 int64_t ModelTarget::restore_row(const std::string& state) { return rows().restore(row_state_from_bytes(state)); }
 void ModelTarget::shift_row(int64_t row, int64_t keep, int64_t discard) { rows().shift(row, keep, discard); }
-std::unique_ptr<DecodeTarget> ModelTarget::second_instance() const { return std::make_unique<ModelTarget>(model_, *variant_); }
+std::unique_ptr<DecodeTarget> ModelTarget::second_instance() const { return std::make_unique<ModelTarget>(base_, *variant_); }
 
 at::Tensor ModelTarget::prefill(const at::Tensor& ids) {
   at::NoGradGuard no_grad;

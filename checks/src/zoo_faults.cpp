@@ -96,32 +96,36 @@ class NoWindowInMask final : public AttentionPolicy {
 };
 
 // Gemma's (1 + w) applied twice: the loader folded the 1 into the weight and the norm adds it again
-// (vLLM PR #31464), so every norm scales by 2 + w.
-class NormPlusOneTwice final : public AttentionPolicy {
- public:
-  double norm_weight_offset() const override { return 2.0; }
-};
+// (vLLM PR #31464), so every norm scales by 2 + w: the model with each (1 + w) norm's weight w + 1.
+GPT norm_plus_one_twice(const GPT& m) {
+  GPT v = model_variant(m, m->config());
+  at::NoGradGuard no_grad;
+  for (auto& item : v->named_modules())
+    if (auto* n = item.value()->as<NormImpl>(); n && n->kind() == NormKind::RMSNormPlusOne) n->weight.set_data(n->weight + 1.0);
+  return v;
+}
 
 // The attention soft-cap applied in the prefill only: a decode step's scores go uncapped (llama.cpp
 // PR #8197's family: Gemma 2's caps missing on a path).
-class SoftcapMissingInDecode final : public AttentionPolicy {
- public:
-  std::optional<double> softcap(std::optional<double> cap, int64_t tq) const override {
-    return tq == 1 ? std::nullopt : cap;
-  }
-};
+GPT softcap_missing_in_decode(const GPT& m) {
+  FormulaVariant f;
+  f.decode_softcap = false;
+  return model_variant(m, m->config(), f);
+}
 
 // The final soft-cap left out of the cached step (llama.cpp PR #8197: Gemma 2's final cap missing).
-class FinalSoftcapMissing final : public AttentionPolicy {
- public:
-  std::optional<double> final_softcap(std::optional<double>) const override { return std::nullopt; }
-};
+GPT final_softcap_missing(const GPT& m) {
+  Config c = m->config();
+  c.final_softcap = 0;
+  return model_variant(m, c);
+}
 
 // QK-norm applied after RoPE instead of before (the norm then sees rotated channels).
-class QkNormAfterRope final : public AttentionPolicy {
- public:
-  bool qk_norm_before_rope() const override { return false; }
-};
+GPT qk_norm_after_rope(const GPT& m) {
+  FormulaVariant f;
+  f.qk_norm_before_rope = false;
+  return model_variant(m, m->config(), f);
+}
 
 // Positions q and k with the member's RoPE with one thing changed, from its spec.
 class ChangedRope : public AttentionPolicy {
@@ -239,26 +243,26 @@ void register_zoo_faults(CacheRegistry& r) {
   {
     auto v = zoo_fault("softcap-missing-in-decode", "the attention soft-cap applied in the prefill only (llama.cpp PR #8197's family)",
                        logit_rows, "an attention soft-cap", [](const Config& c) { return c.attn_softcap > 0; });
-    v.policy = std::make_shared<SoftcapMissingInDecode>();
+    v.make_model = softcap_missing_in_decode;
     r.add(std::move(v));
   }
   {
     auto v = zoo_fault("final-softcap-missing", "the final logit soft-cap left out of the cached step (llama.cpp PR #8197)", logit_rows,
                        "a final soft-cap", [](const Config& c) { return c.final_softcap > 0; });
-    v.policy = std::make_shared<FinalSoftcapMissing>();
+    v.make_model = final_softcap_missing;
     r.add(std::move(v));
   }
   {
     auto v = zoo_fault("qk-norm-after-rope", "QK-norm applied to the rotated q and k instead of before RoPE", logit_rows, "QK-norm",
                        [](const Config& c) { return c.qk_norm; });
-    v.policy = std::make_shared<QkNormAfterRope>();
+    v.make_model = qk_norm_after_rope;
     r.add(std::move(v));
   }
   {
     auto v = zoo_fault("norm-plus-one-twice", "Gemma's (1 + w) norms add the 1 twice: every norm scales by 2 + w (vLLM PR #31464)",
                        logit_rows, "Gemma's (1 + w) norm",
                        [](const Config& c) { return c.norm == NormKind::RMSNormPlusOne; });
-    v.policy = std::make_shared<NormPlusOneTwice>();
+    v.make_model = norm_plus_one_twice;
     r.add(std::move(v));
   }
   {

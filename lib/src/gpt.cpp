@@ -56,12 +56,7 @@ void NormImpl::reset() {
 }
 
 // LayerNorm is at::layer_norm, as torch::nn::LayerNorm computes it: the seed's bits.
-at::Tensor NormImpl::forward(const at::Tensor& x) { return zoo_norm(x, weight, bias, eps_, kind_); }
-
-at::Tensor NormImpl::forward(const at::Tensor& x, const AttentionPolicy& policy) {
-  const double offset = kind_ == NormKind::RMSNormPlusOne ? policy.norm_weight_offset() : 1.0;
-  return offset == 1.0 ? forward(x) : zoo_norm(x, weight + (offset - 1.0), bias, eps_, kind_);
-}
+at::Tensor NormImpl::forward(const at::Tensor& x) const { return zoo_norm(x, weight, bias, eps_, kind_); }
 
 namespace {
 // A zoo member's RoPE (SPEC 10) through rope_scaling.h's Rotation.
@@ -88,43 +83,21 @@ class ZooRotary final : public Rotary {
 };
 }  // namespace
 
-namespace {
-// `policy` with q and k normed after it positions them (QK-norm after RoPE).
-class NormsAfter final : public AttentionPolicy {
- public:
-  NormsAfter(const AttentionPolicy& p, NormImpl& q, NormImpl& k) : p_(p), q_(q), k_(k) {}
-  void position(at::Tensor& q, at::Tensor& k, at::Tensor& v, int64_t start, const Rotary& r) const override {
-    p_.position(q, k, v, start, r);
-    q = q_.forward(q, p_), k = k_.forward(k, p_);
-  }
-  void position_rows(at::Tensor& q, at::Tensor& k, at::Tensor& v, const at::Tensor& positions, const Rotary& r) const override {
-    p_.position_rows(q, k, v, positions, r);
-    q = q_.forward(q, p_), k = k_.forward(k, p_);
-  }
-  at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const override {
-    return p_.mask(tq, tk, opts, window);
-  }
-  std::optional<double> softcap(std::optional<double> cap, int64_t tq) const override { return p_.softcap(cap, tq); }
-
- private:
-  const AttentionPolicy& p_;
-  NormImpl& q_;
-  NormImpl& k_;
-};
-}  // namespace
-
 std::shared_ptr<const Rotary> make_rotary(const Config& cfg) {
   if (is_seed_rope(cfg))
     return std::shared_ptr<const Rotary>(&seed_rotary(), [](const Rotary*) {});  // shared and static
   return std::make_shared<ZooRotary>(cfg);
 }
 
-AttentionImpl::AttentionImpl(const Config& cfg, int64_t layer, std::shared_ptr<const Rotary> rotary)
+AttentionImpl::AttentionImpl(const Config& cfg, int64_t layer, std::shared_ptr<const Rotary> rotary,
+                             const FormulaVariant& formulas)
     : n_heads_(cfg.n_heads), n_kv_(cfg.kv_heads()), hd_(cfg.head_dim()), window_(cfg.window(layer)),
       seed_(cfg.is_seed_architecture()),
       scale_(std::pow(cfg.query_pre_attn_scalar > 0 ? cfg.query_pre_attn_scalar : static_cast<double>(cfg.head_dim()), -0.5)),
+      qk_norm_after_rope_(!formulas.qk_norm_before_rope),
       rotary_(rotary ? std::move(rotary) : make_rotary(cfg)) {
   if (cfg.attn_softcap > 0) cap_ = cfg.attn_softcap;
+  if (formulas.decode_softcap) decode_cap_ = cap_;
   qkv = register_module("qkv", Linear(cfg.d_model, (n_heads_ + 2 * n_kv_) * hd_, cfg.attn_bias));
   out = register_module("out", Linear(n_heads_ * hd_, cfg.d_model, cfg.attn_bias));
   if (cfg.qk_norm) {
@@ -139,13 +112,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, int64_t start, const Atte
   auto parts = qkv->forward(x).split_with_sizes({Hq, Hkv, Hkv}, -1);  // (B, T, H hd), 2 x (B, T, G hd)
   auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, hd_}).transpose(1, 2); };
   at::Tensor q = heads(parts[0], n_heads_), k = heads(parts[1], n_kv_);  // (B, H, T, hd), (B, G, T, hd)
-  if (q_norm && policy.qk_norm_before_rope()) {
-    q = q_norm->forward(q, policy), k = k_norm->forward(k, policy);  // QK-norm: before RoPE (SPEC 10)
-  } else if (q_norm) {  // a policy that norms after positioning (a fault): its positioning, then the norms
-    const NormsAfter after(policy, *q_norm, *k_norm);
-    return out->forward(attend_heads(q, k, heads(parts[2], n_kv_), start, after, cache, layer, positions)
-                            .transpose(1, 2).reshape({B, T, Hq}));  // (B, T, d)
-  }
+  if (q_norm && !qk_norm_after_rope_) q = q_norm->forward(q), k = k_norm->forward(k);  // QK-norm: before RoPE (SPEC 10)
   const at::Tensor y = attend_heads(q, k, heads(parts[2], n_kv_), start, policy, cache, layer, positions);  // (B, H, T, hd)
   return out->forward(y.transpose(1, 2).reshape({B, T, Hq}));                                              // (B, T, d)
 }
@@ -155,9 +122,11 @@ at::Tensor AttentionImpl::attend_heads(at::Tensor q, at::Tensor k, at::Tensor v,
   const int64_t B = q.size(0), T = q.size(2);
   if (positions.defined()) policy.position_rows(q, k, v, positions, *rotary_);
   else policy.position(q, k, v, start, *rotary_);
+  if (q_norm && qk_norm_after_rope_) q = q_norm->forward(q), k = k_norm->forward(k);  // a FormulaVariant's order
   // The seed's attention through `attend`; a zoo member's with its KV groups, scale and soft-cap.
+  const std::optional<double> cap = T == 1 ? decode_cap_ : cap_;
   auto run = [&](const at::Tensor& qq, const at::Tensor& K, const at::Tensor& V, const at::Tensor& mask) {
-    return seed_ ? attend(qq, K, V, mask) : zoo_attention(qq, K, V, mask, scale_, policy.softcap(cap_, T));
+    return seed_ ? attend(qq, K, V, mask) : zoo_attention(qq, K, V, mask, scale_, cap);
   };
   at::Tensor K = k, V = v;
   if (cache != nullptr) std::tie(K, V) = cache->update(layer, k, v);  // (B, G, S, hd)
@@ -183,10 +152,10 @@ at::Tensor AttentionImpl::attend_heads(at::Tensor q, at::Tensor k, at::Tensor v,
   return run(q, K, V, mask);  // (B, H, T, hd)
 }
 
-BlockImpl::BlockImpl(const Config& cfg, int64_t layer, std::shared_ptr<const Rotary> rotary)
+BlockImpl::BlockImpl(const Config& cfg, int64_t layer, std::shared_ptr<const Rotary> rotary, const FormulaVariant& formulas)
     : gated_(cfg.gated_mlp), sandwich_(cfg.sandwich_norms), parallel_(cfg.parallel_residual), act_(cfg.activation) {
   norm1 = register_module("norm1", Norm(cfg.d_model, cfg.norm, cfg.norm_eps));
-  attn = register_module("attn", Attention(cfg, layer, std::move(rotary)));
+  attn = register_module("attn", Attention(cfg, layer, std::move(rotary), formulas));
   if (sandwich_) post_attn_norm = register_module("post_attn_norm", Norm(cfg.d_model, cfg.norm, cfg.norm_eps));
   norm2 = register_module("norm2", Norm(cfg.d_model, cfg.norm, cfg.norm_eps));
   const int64_t f = cfg.ffn_dim();
@@ -209,27 +178,27 @@ at::Tensor BlockImpl::mlp_forward(const at::Tensor& x) {
 
 at::Tensor BlockImpl::forward(const at::Tensor& x, int64_t start, const AttentionPolicy& policy,
                               KVCache* cache, int64_t layer, const at::Tensor& positions) {
-  at::Tensor a = attn->forward(norm1->forward(x, policy), start, policy, cache, layer, positions);  // (B, T, d)
-  if (parallel_) return mlp_forward(norm2->forward(x, policy)) + a + x;  // GPT-NeoX's order of the adds
-  if (sandwich_) a = post_attn_norm->forward(a, policy);
+  at::Tensor a = attn->forward(norm1->forward(x), start, policy, cache, layer, positions);  // (B, T, d)
+  if (parallel_) return mlp_forward(norm2->forward(x)) + a + x;  // GPT-NeoX's order of the adds
+  if (sandwich_) a = post_attn_norm->forward(a);
   const at::Tensor h = x + a;                   // (B, T, d)
-  at::Tensor m = mlp_forward(norm2->forward(h, policy));
-  if (sandwich_) m = post_mlp_norm->forward(m, policy);
+  at::Tensor m = mlp_forward(norm2->forward(h));
+  if (sandwich_) m = post_mlp_norm->forward(m);
   return h + m;                                 // (B, T, d)
 }
 
-void GPTImpl::build() {
+void GPTImpl::build(const FormulaVariant& formulas) {
   cfg_.validate();
   seed_architecture_ = cfg_.is_seed_architecture();
   emb = register_module("emb", nn::Embedding(cfg_.vocab_size, cfg_.d_model));
   blocks = register_module("blocks", nn::ModuleList());
   const auto rotary = make_rotary(cfg_);  // one frequency table for every layer
-  for (int64_t i = 0; i < cfg_.n_layers; ++i) blocks->push_back(Block(cfg_, i, rotary));
+  for (int64_t i = 0; i < cfg_.n_layers; ++i) blocks->push_back(Block(cfg_, i, rotary, formulas));
   norm = register_module("norm", Norm(cfg_.d_model, cfg_.norm, cfg_.norm_eps));
   if (!cfg_.tied_embeddings) lm_head = register_module("head", Linear(cfg_.d_model, cfg_.vocab_size, /*with_bias=*/false));
 }
 
-GPTImpl::GPTImpl(const Config& cfg, WeightsToFill) : cfg_(cfg) { build(); }
+GPTImpl::GPTImpl(const Config& cfg, WeightsToFill, const FormulaVariant& formulas) : cfg_(cfg) { build(formulas); }
 
 GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   build();
@@ -260,10 +229,9 @@ GPTImpl::GPTImpl(const Config& cfg, uint64_t seed) : cfg_(cfg) {
   }
 }
 
-at::Tensor GPTImpl::head(const at::Tensor& x, const AttentionPolicy& policy) {
-  at::Tensor logits = at::linear(norm->forward(x, policy), lm_head ? lm_head->weight : emb->weight);  // (..., d) -> (..., V)
-  if (cfg_.final_softcap > 0)
-    if (const auto cap = policy.final_softcap(cfg_.final_softcap)) logits = softcap(logits, *cap);
+at::Tensor GPTImpl::head(const at::Tensor& x) {
+  at::Tensor logits = at::linear(norm->forward(x), lm_head ? lm_head->weight : emb->weight);  // (..., d) -> (..., V)
+  if (cfg_.final_softcap > 0) logits = softcap(logits, cfg_.final_softcap);
   return logits;
 }
 
@@ -306,7 +274,7 @@ at::Tensor GPTImpl::forward_last(const at::Tensor& idx) {
 at::Tensor GPTImpl::forward_with(const at::Tensor& idx, const AttentionPolicy& policy) {
   check_token_ids(idx, cfg_.vocab_size, "forward");
   at::Tensor x = embed(idx);                          // (B, T, d)
-  return head(run_blocks(x, /*start=*/0, policy, nullptr), policy);  // (B, T, V)
+  return head(run_blocks(x, /*start=*/0, policy, nullptr));  // (B, T, V)
 }
 
 at::Tensor GPTImpl::step(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {
@@ -318,14 +286,14 @@ at::Tensor GPTImpl::step_every(const at::Tensor& idx, KVCache& cache, int64_t st
   check_token_ids(idx, cfg_.vocab_size, "step");
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
   const at::Tensor x = run_blocks(embed(idx), start, policy, &cache);  // (B, T, d)
-  return head(x, policy);                                                // (B, T, V)
+  return head(x);                                                // (B, T, V)
 }
 
 at::Tensor GPTImpl::step_unchecked(const at::Tensor& idx, KVCache& cache, int64_t start, const AttentionPolicy& policy) {
   if (start < 0) throw std::invalid_argument("step: start position must be >= 0");
   at::Tensor x = embed(idx);             // (B, T, d)
   x = run_blocks(x, start, policy, &cache);     // (B, T, d)
-  return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
+  return head(x.select(1, x.size(1) - 1));  // (B, V)
 }
 
 namespace {
@@ -340,13 +308,13 @@ at::Tensor GPTImpl::step_at(const at::Tensor& idx, KVCache& cache, const at::Ten
   check_positions(idx, positions);
   at::Tensor x = embed(idx);                                          // (B, T, d)
   x = run_blocks(x, /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
-  return head(x.select(1, x.size(1) - 1), policy);  // (B, V)
+  return head(x.select(1, x.size(1) - 1));  // (B, V)
 }
 
 at::Tensor GPTImpl::step_at_every(const at::Tensor& idx, KVCache& cache, const at::Tensor& positions, const AttentionPolicy& policy) {
   check_positions(idx, positions);
   const at::Tensor x = run_blocks(embed(idx), /*start=*/0, policy, &cache, positions.to(idx.device()));  // (B, T, d)
-  return head(x, policy);                                                                                 // (B, T, V)
+  return head(x);                                                                                 // (B, T, V)
 }
 
 std::vector<std::pair<std::string, at::Tensor>> GPTImpl::state_dict() const {
@@ -360,6 +328,24 @@ int64_t GPTImpl::parameter_count() const {
   int64_t n = 0;
   for (const auto& p : parameters(/*recurse=*/true)) n += p.numel();
   return n;
+}
+
+GPT model_variant(const GPT& base, const Config& cfg, const FormulaVariant& formulas) {
+  GPT v(cfg, WeightsToFill{}, formulas);
+  const auto from = base->named_parameters(/*recurse=*/true);
+  auto to = v->named_parameters(/*recurse=*/true);
+  if (from.size() != to.size())
+    throw std::invalid_argument("model_variant: the variant has " + std::to_string(to.size()) + " parameters, its base " +
+                                std::to_string(from.size()));
+  at::NoGradGuard no_grad;
+  for (const auto& item : from) {
+    at::Tensor* dst = to.find(item.key());
+    if (dst == nullptr || !dst->sizes().equals(item.value().sizes()))
+      throw std::invalid_argument("model_variant: parameter " + item.key() + " has another shape in the variant's config");
+    dst->set_data(item.value());  // the base's tensor itself: no copy
+  }
+  v->eval();
+  return v;
 }
 
 }  // namespace tinygpt

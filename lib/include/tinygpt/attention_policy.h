@@ -7,7 +7,6 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorOptions.h>
 #include <cstdint>
-#include <optional>
 
 namespace tinygpt {
 
@@ -51,17 +50,6 @@ class AttentionPolicy {
   // 0 for a full layer), j > tk - tq + i - w. Production: no mask when tq == 1 and the window does
   // not cut the keys.
   virtual at::Tensor mask(int64_t tq, int64_t tk, const c10::TensorOptions& opts, int64_t window) const;
-
-  // The attention soft-cap tq queries' scores get (SPEC 10): production, the model's `cap` (none when
-  // the model has none).
-  virtual std::optional<double> softcap(std::optional<double> cap, int64_t tq) const { return cap; }
-  // The final logits' soft-cap: production, the model's.
-  virtual std::optional<double> final_softcap(std::optional<double> cap) const { return cap; }
-  // Whether a QK-norm model (SPEC 10) norms q and k before RoPE. Production: yes (Qwen3).
-  virtual bool qk_norm_before_rope() const { return true; }
-  // What a Gemma norm, (x / rms(x)) (offset + w), adds to its stored weight (SPEC 10). Production: 1.
-  // Other norms have no offset and ignore it.
-  virtual double norm_weight_offset() const { return 1.0; }
 };
 
 // Production policy, shared and stateless.

@@ -58,9 +58,7 @@ class NormImpl : public torch::nn::Cloneable<NormImpl> {
  public:
   NormImpl(int64_t d, NormKind kind, double eps);
   void reset() override;
-  at::Tensor forward(const at::Tensor& x);
-  // The same with the policy's offset for the (1 + w) form (a fault may change it).
-  at::Tensor forward(const at::Tensor& x, const AttentionPolicy& policy);
+  at::Tensor forward(const at::Tensor& x) const;
   double eps() const { return eps_; }
   NormKind kind() const { return kind_; }
 
@@ -74,11 +72,21 @@ class NormImpl : public torch::nn::Cloneable<NormImpl> {
 };
 TORCH_MODULE(Norm);
 
+// A model whose arithmetic states one of SPEC 10's formulas otherwise: the one seam through which a
+// fault of the model's arithmetic is planted (checks/src/faults/zoo.cpp builds such variants with
+// model_variant). Resolved once, when the model is built; a model built from a config alone has the
+// defaults, which are SPEC 10.
+struct FormulaVariant {
+  bool decode_softcap = true;       // false: a one-query step's attention scores go uncapped
+  bool qk_norm_before_rope = true;  // false: QK-norm applied to the rotated q and k
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   // Layer `layer` of a model of `cfg`: its window and the model's rotation (make_rotary(cfg) when
   // `rotary` is null).
-  explicit AttentionImpl(const Config& cfg, int64_t layer = 0, std::shared_ptr<const Rotary> rotary = nullptr);
+  explicit AttentionImpl(const Config& cfg, int64_t layer = 0, std::shared_ptr<const Rotary> rotary = nullptr,
+                         const FormulaVariant& formulas = {});
 
   // x: (B, T, d) for tokens at positions start .. start+T-1, or at `positions` (B, T) when given
   // (rows at positions of their own). cache == nullptr: attend only among these T tokens. Otherwise
@@ -109,13 +117,16 @@ class AttentionImpl : public torch::nn::Module {
   bool seed_;               // the seed's architecture: attention_reference through `attend`
   double scale_;            // zoo: the score scale
   std::optional<double> cap_;  // zoo: the attention soft-cap
+  std::optional<double> decode_cap_;  // the soft-cap of a one-query step (cap_ unless a variant drops it)
+  bool qk_norm_after_rope_;
   std::shared_ptr<const Rotary> rotary_;
 };
 TORCH_MODULE(Attention);
 
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const Config& cfg, int64_t layer = 0, std::shared_ptr<const Rotary> rotary = nullptr);
+  explicit BlockImpl(const Config& cfg, int64_t layer = 0, std::shared_ptr<const Rotary> rotary = nullptr,
+                     const FormulaVariant& formulas = {});
   // x: (B, T, d) -> (B, T, d): x + attn(norm1(x)), then h + mlp(norm2(h)) (SPEC 1), with SPEC 10's
   // sandwich norms or parallel residual when the config asks; `positions` (B, T) as in
   // AttentionImpl::forward.
@@ -145,8 +156,8 @@ class GPTImpl : public torch::nn::Module {
  public:
   // Weights drawn with the series' initialisation from `seed` (SPEC 1).
   explicit GPTImpl(const Config& cfg, uint64_t seed = 0);
-  // Every weight allocated and left for the caller to fill (WeightsToFill).
-  GPTImpl(const Config& cfg, WeightsToFill);
+  // Every weight allocated and left for the caller to fill (WeightsToFill), computing with `formulas`.
+  GPTImpl(const Config& cfg, WeightsToFill, const FormulaVariant& formulas = {});
 
   const Config& config() const { return cfg_; }
   // config().is_seed_architecture(), computed once: the decode paths ask at every step.
@@ -198,13 +209,13 @@ class GPTImpl : public torch::nn::Module {
   Linear lm_head{nullptr};  // untied models only: weight (V, d), state-dict name head.weight
 
  private:
-  // The final norm, the head and the final soft-cap (as `policy` has it): x (..., d) -> logits (..., V).
-  at::Tensor head(const at::Tensor& x, const AttentionPolicy& policy = production_policy());
+  // The final norm, the head and the final soft-cap: x (..., d) -> logits (..., V).
+  at::Tensor head(const at::Tensor& x);
   // The embedding (scaled by sqrt(d) where the config says): idx (B, T) -> (B, T, d).
   at::Tensor embed(const at::Tensor& idx);
   at::Tensor run_blocks(at::Tensor x, int64_t start, const AttentionPolicy& policy,
                         KVCache* cache, const at::Tensor& positions = {});
-  void build();
+  void build(const FormulaVariant& formulas = {});
   Config cfg_;
   bool seed_architecture_ = true;
 };
@@ -213,6 +224,12 @@ TORCH_MODULE(GPT);
 // The rotation a model of `cfg` positions q and k with: the seed's RoPE (SPEC 2) when every RoPE knob
 // is at its default, else SPEC 10's (rope_scaling.h's Rotation).
 std::shared_ptr<const Rotary> make_rotary(const Config& cfg);
+
+// A model of `cfg` computing with `formulas`, on `base`'s parameters (the same tensors, not copies):
+// `cfg` must give every parameter base's shape (a soft-cap or another scalar may differ). A variant
+// changes a parameter by replacing its tensor (set_data), never in place, so `base` is untouched.
+// Throws std::invalid_argument when a shape differs.
+GPT model_variant(const GPT& base, const Config& cfg, const FormulaVariant& formulas = {});
 
 // Validates idx: 2-D, int64, non-empty, ids within [0, vocab). Throws std::invalid_argument.
 void check_token_ids(const at::Tensor& idx, int64_t vocab_size, const char* what);

@@ -16,6 +16,7 @@
 #include "tinygpt/decode_step.h"
 #include "tinygpt/decode_schedule.h"
 #include "tinygpt/generate.h"
+#include "tinygpt/gpt.h"
 #include "tinygpt/kv_cache.h"
 #include "tinygpt/kernels.h"
 #include "tinygpt/serving.h"
@@ -44,6 +45,10 @@ struct CacheVariant {
   std::shared_ptr<const DecodeSchedule> schedule;   // null: production
   std::shared_ptr<const ServingSchedule> serving;   // the serving loop's bookkeeping; null: production
   std::shared_ptr<const SpeculativeRules> speculative;  // a speculative round's decisions; null: production
+  // A fault of the model's arithmetic (a zoo fault): the model its runs compute with, built from the
+  // model under test (tinygpt/gpt.h's model_variant: the same weights, a formula stated otherwise).
+  // Null: the model itself. Read through model().
+  std::function<GPT(const GPT&)> make_model;
   Kernels kernels = Kernels::Library;
   bool is_fault = false;
   // For a fault: the checks that must catch it on any model (logit-level evidence); the fault
@@ -65,6 +70,8 @@ struct CacheVariant {
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;
+  // The model this variant's runs compute with: `m`, or the variant make_model builds from it.
+  GPT model(const GPT& m) const { return make_model ? make_model(m) : m; }
   // "" when this variant runs a model of `cfg`; else why not, in one line (a fast cache refusing a zoo
   // member's knob, SPEC 10).
   std::string unsupported(const Config& cfg) const;

@@ -241,7 +241,8 @@ class ModelTarget final : public DecodeTarget, public RowServing {
 
  private:
   RowBatch& rows();
-  GPT model_;
+  GPT base_;   // the model it was given (a second instance starts from it)
+  GPT model_;  // what it computes with: base_, or the variant's model (CacheVariant::model)
   const CacheVariant* variant_;
   Decoder decoder_;
   int64_t fed_ = 0;  // tokens fed since the last reset: the next step's position
