@@ -391,6 +391,39 @@ TEST(ZooModel, UntiedHeadIsItsOwnWeight) {
   EXPECT_EQ(heads, 1);
 }
 
+TEST(ZooModel, AVariantSharesItsBasesWeightsAndStatesOnlyItsFormulaOtherwise) {
+  // model_variant: the base's tensors themselves; the default formulas compute the base's logits bit
+  // for bit; each named formula changes what it names (decode soft-cap: one-query steps only), and a
+  // weight replaced in the variant leaves the base's alone.
+  const Config c = zoo_config("gemma2");
+  GPT base(c, 3);
+  const at::Tensor idx = at::randint(c.vocab_size, {1, 12}, at::kLong);
+  GPT same = model_variant(base, c);
+  EXPECT_EQ(same->emb->weight.data_ptr(), base->emb->weight.data_ptr());
+  EXPECT_TRUE(same->forward(idx).equal(base->forward(idx)));
+
+  FormulaVariant no_decode_cap;
+  no_decode_cap.decode_softcap = false;
+  GPT v = model_variant(base, c, no_decode_cap);
+  EXPECT_TRUE(v->forward(idx).equal(base->forward(idx)));  // T = 12: capped as the base is
+  RollingKVCache a(c), b(c);
+  base->step(idx, a, 0), v->step(idx, b, 0);
+  const at::Tensor next = at::randint(c.vocab_size, {1, 1}, at::kLong);
+  EXPECT_GT(max_diff(v->step(next, b, 12), base->step(next, a, 12)), 0.0);  // T = 1: uncapped
+
+  GPT w = model_variant(base, c);
+  const at::Tensor before = base->norm->weight.clone();
+  {
+    at::NoGradGuard g;
+    w->norm->weight.set_data(w->norm->weight + 1.0);
+  }
+  EXPECT_TRUE(base->norm->weight.equal(before));
+
+  Config wider = c;
+  wider.vocab_size += 1;  // the embedding's rows
+  EXPECT_THROW(model_variant(base, wider), std::invalid_argument);
+}
+
 TEST(ZooModel, RotationTurnAppliesTheAttentionFactorOnce) {
   // A context shift turns cached keys on by delta positions: turn(apply(x, p), d) = apply(x, p + d),
   // YaRN's factor included once (llama.cpp PR #17945's bug multiplies it twice).
