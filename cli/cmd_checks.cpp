@@ -9,6 +9,7 @@
 #include "model_source.h"
 #include "report_files.h"
 #include "tinygpt/checks/catalogue.h"
+#include "tinygpt/checks/faults.h"
 #include "tinygpt/checks/data.h"
 #include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/inject.h"
@@ -157,17 +158,11 @@ Command add_inject(CLI::App& app) {
             const Config& cfg = model->config();
             // The seed's faults on the seed's architecture; on a zoo member, the zoo's faults its features call for.
             if (named) {
-              if (named->applies && !named->applies(cfg))
-                throw std::invalid_argument("--fault " + named->name + " needs " + named->feature + ", which this model lacks");
-              if (!named->applies && !cfg.is_seed_architecture())
-                throw std::invalid_argument("--fault " + named->name + " is stated for the seed's architecture; this model sets " +
-                                            cfg.zoo_knob() + " (SPEC 10)");
+              if (const std::string why = checks::fault_refusal(*named, cfg); !why.empty())
+                throw std::invalid_argument("--fault " + named->name + " " + why);
               faults.push_back(named);
-            } else if (cfg.is_seed_architecture()) {
-              faults = checks::cache_registry().all(/*faults=*/true);
             } else {
-              for (const auto* z : checks::cache_registry().zoo_faults())
-                if (z->applies(cfg)) faults.push_back(z);
+              faults = checks::faults_for(cfg, checks::FaultUse::Inject).faults;
             }
             checks::EquivalenceOptions opts;
             opts.prompt = batch_prompt(prompt_ids(*o, model->config().vocab_size), o->batch, model->config().vocab_size, dev);

@@ -5,16 +5,16 @@
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/deviations.h"
+#include "tinygpt/checks/faults.h"
 
 namespace tinygpt::checks {
 
 namespace {
 // The exact caches and their faults, then the low-precision ones (judged by a KL budget).
 std::vector<const CacheVariant*> every_variant(bool faults) {
-  auto v = cache_registry().all(faults);
-  for (const auto* b : cache_registry().budgeted(faults)) v.push_back(b);
-  if (faults)
-    for (const auto* z : cache_registry().zoo_faults()) v.push_back(z);
+  if (faults) return fault_table();
+  auto v = cache_registry().all(false);
+  for (const auto* b : cache_registry().budgeted(false)) v.push_back(b);
   return v;
 }
 }  // namespace
@@ -50,7 +50,8 @@ nlohmann::json catalogue_json() {
   for (const auto& c : sampler_checks())
     sampler.push_back({{"name", c.name}, {"states", c.proves}, {"needs_scores", c.is(Tag::NeedsScores)}});
   for (const auto* v : every_variant(/*faults=*/true)) {
-    faults.push_back({{"name", v->name}, {"models", v->description}, {"expected", v->expected}, {"runs", runs_of(*v)}});
+    faults.push_back({{"name", v->name}, {"models", v->description}, {"seam", v->seam}, {"expected", v->expected},
+                      {"runs", runs_of(*v)}, {"twins", v->twins}});
     if (v->applies) faults.back()["feature"] = v->feature;  // a zoo fault: the members it runs on
   }
   for (const auto& d : known_deviations())
@@ -74,14 +75,17 @@ std::string catalogue_markdown() {
     m << "| `" << c.name << "` | " << cell(c.proves) << " | " << cell(c.catches) << " | " << cell(judge_text(c.judge)) << " | "
       << cell(tag_names(c.tags)) << (c.ops.empty() ? "" : std::string(c.tags ? "; " : "") + "needs `" + c.ops.names() + "`") << " | " << cost_name(c.cost) << " |\n";
   m << "\n### The faults\n\nEach fault runs the checks in its last column; the matrix fails when a check in \"must be "
-       "caught by\" misses it.\n\n| fault | models | must be caught by | its run |\n| --- | --- | --- | --- |\n";
+       "caught by\" misses it. Its seam is the file of `checks/src/faults/` its entry is in; its engine twins are the "
+       "adapters' planted faults that are the same bug (`engines/<adapter>/faults.txt`), which a diagnosis of that "
+       "engine must name it for.\n\n| fault | seam | models | must be caught by | its run | engine twins |\n"
+       "| --- | --- | --- | --- | --- | --- |\n";
   const std::vector<std::string> default_set = model_checks_with(static_cast<Tags>(Tag::Default));
   for (const auto* v : every_variant(/*faults=*/true)) {
     const auto runs = runs_of(*v);
-    m << "| `" << v->name << "` | " << cell(v->description) << " | " << code_list(v->expected)
+    m << "| `" << v->name << "` | " << v->seam << " | " << cell(v->description) << " | " << code_list(v->expected)
       << (v->kv_budget ? " (by mean KL > " + sci(*v->kv_budget) + ")" : std::string())
       << (v->applies ? " on a zoo member with " + cell(v->feature) : std::string()) << " | "
-      << (runs == default_set ? std::string("the default set") : code_list(runs)) << " |\n";
+      << (runs == default_set ? std::string("the default set") : code_list(runs)) << " | " << code_list(v->twins) << " |\n";
   }
   m << "\n### The deviations an engine may declare\n\n| deviation | what | rows it touches | judged at |\n"
        "| --- | --- | --- | --- |\n";

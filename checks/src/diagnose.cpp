@@ -16,6 +16,7 @@
 #include "tinygpt/atomic_file.h"
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_names.h"
+#include "tinygpt/checks/faults.h"
 #include "tinygpt/checks/parallel_runs.h"
 #include "tinygpt/checks/target.h"
 
@@ -233,9 +234,7 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   // the fault is named for: with churn failing, those are candidates too.
   const bool churn_failed = engine.failing.count(check::kChurn) > 0;
   // The catalogue's faults, and the zoo's boundary faults where the model has their feature.
-  std::vector<const CacheVariant*> catalogue = cache_registry().all(/*faults=*/true);
-  for (const CacheVariant* z : cache_registry().zoo_faults())
-    if (z->applies(model->config())) catalogue.push_back(z);
+  const std::vector<const CacheVariant*> catalogue = faults_for(model->config(), FaultUse::Diagnosis).faults;
   for (const CacheVariant* f : catalogue) {
     const bool churned = churn_failed && std::count(f->checks.begin(), f->checks.end(), std::string(check::kChurn)) > 0;
     if (!churned &&

@@ -1,9 +1,9 @@
 // The registry's contents: the production caches (the series' rolling cache, the static cache with
-// its fused step, the CUDA graph's ring where LibTorch sees a GPU) and every fault (faults.cpp).
+// its fused step, the CUDA graph's ring where LibTorch sees a GPU) and every fault (the fault table, checks/src/faults/).
 // Kept apart from the registry itself, which knows neither.
 #include <torch/cuda.h>
 
-#include "faults.h"
+#include "faults/fault.h"
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/fused_step.h"
 #include "tinygpt/graph_step.h"
@@ -48,10 +48,7 @@ CacheRegistry& cache_registry() {
     int8.kernels = Kernels::Decode;
     int8.kv_budget = kInt8KvBudget;
     r.add(std::move(int8));
-    register_faults(r);
-    register_zoo_faults(r);
-    register_speculative_faults(r);
-    register_speculative_zoo_faults(r);
+    register_fault_table(r);
     return reg;
   }();
   return *registry;

@@ -1,5 +1,7 @@
 #include "tinygpt/checks/verify.h"
 
+#include "tinygpt/checks/faults.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -143,9 +145,6 @@ struct VerifyPlan {
 // The rows (validating --checks), each fault narrowed to them, the caches, the runs' options.
 VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   VerifyPlan plan;
-  auto faults = o.faults ? *o.faults : cache_registry().all(/*faults=*/true);
-  if (!o.faults)  // the low-precision caches' faults too, each judged by its cache's budget
-    for (const CacheVariant* f : cache_registry().budgeted(/*faults=*/true)) faults.push_back(f);
   // The production caches run every row but the engine-only ones (self: our prefill is what
   // logits compares with): the default set, what serving engines do to a cache, batch sizes 1-8, 15-17 and 31-33.
   // The rows of statistical power (Tag::Deep) only with --deep or by name: minutes of draws on two cores.
@@ -163,36 +162,15 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
       if (std::find(o.checks.begin(), o.checks.end(), n) != o.checks.end()) plan.rows.push_back(n);
   }
   auto selected = [&](const std::string& n) { return std::find(plan.rows.begin(), plan.rows.end(), n) != plan.rows.end(); };
+  // The faults stated for this model (the low-precision caches' included, each judged by its cache's
+  // budget), from the table or from the caller's list.
+  const Config& cfg = fx.model->config();
+  FaultChoice chosen = faults_for(cfg, FaultUse::Matrix, o.faults ? &*o.faults : nullptr);
+  const std::vector<const CacheVariant*>& faults = chosen.faults;
+  plan.left_out.insert(plan.left_out.end(), chosen.left_out.begin(), chosen.left_out.end());
   // Each fault's run cut to the selected rows and, without --full-matrix, to the rows that must
   // catch it and the shared greedy run (`tokens`); a fault none of whose catching rows is selected
   // is left out.
-  const Config& cfg = fx.model->config();
-  const std::string knob = cfg.zoo_knob();
-  if (!o.faults) {  // by default the zoo's boundary faults too, each where its feature is
-    const auto zoo = cache_registry().zoo_faults();
-    faults.insert(faults.end(), zoo.begin(), zoo.end());
-  }
-  {
-    // The seed's faults state what must catch them on the seed's architecture; on a zoo member one may
-    // be benign (a storage fault the sliding window's band hides). A zoo fault runs where its feature is.
-    std::vector<const CacheVariant*> kept;
-    size_t seed_faults = 0;
-    for (const CacheVariant* f : faults) {
-      if (f->applies && !f->applies(cfg)) {
-        if (!knob.empty()) plan.left_out.push_back("fault " + f->name + " left out: it needs " + f->feature + ", which this model lacks");
-        continue;
-      }
-      if (!f->applies && !knob.empty()) {
-        ++seed_faults;
-        continue;
-      }
-      kept.push_back(f);
-    }
-    if (seed_faults)
-      plan.left_out.push_back(std::to_string(seed_faults) + " faults of the seed's architecture left out: what must catch them is stated "
-                              "for it, and this model sets " + knob + " (SPEC 10)");
-    faults = kept;
-  }
   for (const CacheVariant* f : faults) {
     if (std::none_of(f->expected.begin(), f->expected.end(), selected)) {
       plan.left_out.push_back("fault " + f->name + " left out: none of the rows that must catch it (" + join(f->expected) +

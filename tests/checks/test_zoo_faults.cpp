@@ -1,4 +1,4 @@
-// The zoo's boundary faults (checks/src/zoo_faults.cpp): each is caught by every row it names on
+// The zoo's boundary faults (checks/src/faults/zoo.cpp): each is caught by every row it names on
 // every member with its feature, and passes every one of those rows on every member without it - the
 // feature predicate is what the fault matrix of `verify --model zoo:NAME` trusts. Members shrunk to a
 // 64-token context (windows 16, original RoPE contexts 16) so every boundary is crossed in 88 tokens.

@@ -26,53 +26,53 @@ EXAMPLE = "/usr/bin/python3 " + os.path.join(ROOT, "engines", "reference", "pyth
 LLAMA = os.path.join(ROOT, ".engines", "llama.cpp", "adapter")
 FIXTURE = os.path.join(ROOT, "golden", "fixture.safetensors")
 
-# (fault, its twin in our catalogue or None, the rows). The rows: the one the fault is about and churn,
-# which drives every operation in a seeded plan (its positions are the ones --vary moves most).
-LIBRARY = [
-    ("released-slot-not-reset", "released-slot-not-reset", "join-leave,churn"),
-    ("joined-row-at-batch-position", "joined-row-at-batch-position", "join-leave,churn"),
-    ("fork-shares-storage", "fork-shares-storage", "fork,churn"),
-    ("fork-loses-the-offset", "fork-loses-the-offset", "fork,churn"),
-    ("truncate-off-by-one", "truncate-off-by-one", "rollback,churn"),
-    ("truncate-forgets-the-window", "truncate-forgets-the-window", "rollback,churn"),
-    ("chunk-positions-restart", "chunk-positions-restart", "chunked-prefill,churn"),
-    ("reused-prefix-too-long", "reused-prefix-too-long", "prefix-reuse,churn"),
-    ("state-saved-in-part", "state-saved-in-part", "save-restore,churn"),
-    ("position-by-request", "position-by-request", "churn"),
-    ("shift-keys-not-rotated", "shift-keys-not-rotated", "context-shift,churn"),
-    ("shift-off-by-one", "shift-off-by-one", "context-shift,churn"),
-    ("shift-position-kept", "shift-position-kept", "context-shift,churn"),
-    ("ragged-padded-positions", "ragged-padded-positions", "ragged,churn"),
-    ("live-row-reused", "live-row-reused", "prefix-reuse"),
-    ("shifted-entries-reused", "shifted-entries-reused", "reuse-after-shift"),
-    ("reused-past-the-window", "reused-past-the-window", "reuse-past-window"),
-    ("state-saved-without-history", "state-saved-without-history", "rollback-after-restore"),
-]
+# The held-out faults of each engine and the rows of their runs: the row the fault is about and churn,
+# which drives every operation in a seeded plan (its positions are the ones --vary moves most). Each
+# fault's twin - the fault of our table a diagnosis must name - is read from the table (`tinygpt checks
+# --json`, each fault's "twins"); a fault no entry lists has no twin, and "no known fault" is the right
+# answer for it. The library's own cases are the table's serving faults, each its own twin.
 # The example engine's bugs, written as a Python engine has them (a shared list, a dict slot kept).
 EXAMPLE_FAULTS = [
-    ("fork-shares-storage", "fork-shares-storage", "fork,churn"),
-    ("released-slot-not-reset", "released-slot-not-reset", "join-leave,churn"),
-    ("reused-prefix-too-long", "reused-prefix-too-long", "prefix-reuse,churn"),
-    ("chunk-positions-restart", "chunk-positions-restart", "chunked-prefill,churn"),
-    ("position-by-request", "position-by-request", "churn"),
-    ("shift-keys-not-rotated", "shift-keys-not-rotated", "context-shift,churn"),
-    ("shift-off-by-one", "shift-off-by-one", "context-shift,churn"),
-    ("rollback-keeps-one", "truncate-off-by-one", "rollback,churn"),
-    ("live-row-reused", "live-row-reused", "prefix-reuse"),
-    ("shifted-entries-reused", "shifted-entries-reused", "reuse-after-shift"),
-    ("reused-past-the-window", "reused-past-the-window", "reuse-past-window"),
-    ("state-saved-without-history", "state-saved-without-history", "rollback-after-restore"),
-    # No twin in the catalogue: "no known fault" is the right answer, a name a wrong one.
-    ("restore-position-from-window", None, "save-restore"),
+    ("fork-shares-storage", "fork,churn"),
+    ("released-slot-not-reset", "join-leave,churn"),
+    ("reused-prefix-too-long", "prefix-reuse,churn"),
+    ("chunk-positions-restart", "chunked-prefill,churn"),
+    ("position-by-request", "churn"),
+    ("shift-keys-not-rotated", "context-shift,churn"),
+    ("shift-off-by-one", "context-shift,churn"),
+    ("rollback-keeps-one", "rollback,churn"),
+    ("live-row-reused", "prefix-reuse"),
+    ("shifted-entries-reused", "reuse-after-shift"),
+    ("reused-past-the-window", "reuse-past-window"),
+    ("state-saved-without-history", "rollback-after-restore"),
+    ("restore-position-from-window", "save-restore"),
 ]
 LLAMA_FAULTS = [
-    ("rollback-forgets-the-window", "truncate-forgets-the-window", "rollback"),
-    ("reused-prefix-too-long", "reused-prefix-too-long", "prefix-reuse"),
-    ("state-saved-in-part", "state-saved-in-part", "save-restore"),
-    ("state-saved-without-history", "state-saved-without-history", "rollback-after-restore"),
-    ("shift-not-renumbered", None, "context-shift"),
-    ("extend-last-token-dropped", None, "chunked-prefill"),
+    ("rollback-forgets-the-window", "rollback"),
+    ("reused-prefix-too-long", "prefix-reuse"),
+    ("state-saved-in-part", "save-restore"),
+    ("state-saved-without-history", "rollback-after-restore"),
+    ("shift-not-renumbered", "context-shift"),
+    ("extend-last-token-dropped", "chunked-prefill"),
 ]
+# Each engine's adapter directory (engines/<adapter>/), as the table's twins name it.
+ADAPTER = {"example": "reference", "llama.cpp": "llama.cpp"}
+
+
+def table_cases(tinygpt):
+    """(library cases, {(adapter, engine fault): our fault}) from the fault table."""
+    table = json.loads(subprocess.run([tinygpt, "checks", "--json"], check=True, stdout=subprocess.PIPE, text=True).stdout)
+    twin_of, library = {}, []
+    for f in table["faults"]:
+        for t in f.get("twins", []):
+            adapter, _, name = t.partition(":")
+            twin_of[(adapter, name)] = f["name"]
+        if f.get("seam") == "serving":
+            rows = ",".join(dict.fromkeys(f["expected"] + ["churn"]))
+            library.append((f["name"], f["name"], rows))
+    return library, twin_of
+
+
 # The serving rows' runs: long enough for the rollback row's three drafts and fork's second fork (past the
 # window) where a case runs those rows, or a save past the window; the other rows reach their operations
 # in 40 tokens (churn's plan does not depend on it).
@@ -140,12 +140,17 @@ def main():
             sys.exit("diagnosis_recall.py: unknown argument %r" % args[i])
         i += 2
     os.makedirs(work, exist_ok=True)
+    library, twin_of = table_cases(tinygpt)
     cases, skipped = [], []
     for engine in engines:
         if engine == "llama.cpp" and not os.access(LLAMA, os.X_OK):
             skipped.append("llama.cpp: the adapter is not built (ci/engines.sh builds it)")
             continue
-        table = {"library": LIBRARY, "example": EXAMPLE_FAULTS, "llama.cpp": LLAMA_FAULTS}[engine]
+        if engine == "library":
+            table = library
+        else:
+            faults = {"example": EXAMPLE_FAULTS, "llama.cpp": LLAMA_FAULTS}[engine]
+            table = [(f, twin_of.get((ADAPTER[engine], f)), rows) for f, rows in faults]
         for fault, twin, rows in table:
             for v in ([vary[len(cases) % len(vary)]] if spread else vary):
                 cases.append((engine, fault, twin, rows, v))

@@ -67,6 +67,12 @@ struct CacheVariant {
   // (its own list: zoo_faults()).
   std::function<bool(const Config&)> applies;
   std::string feature;  // the feature, in words ("a sliding layer")
+  // For a fault: the file of checks/src/faults/ its entry is in (its seam: "policy", "storage", "loop",
+  // "batch", "serving", "int8", "zoo", "speculative"), and its engine twins - the planted faults of the
+  // engine adapters that are the same bug, "adapter:name" (engines/<adapter>/faults.txt), which a
+  // diagnosis of that engine must name this fault for.
+  std::string seam;
+  std::vector<std::string> twins;
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;
@@ -109,7 +115,7 @@ inline constexpr double kInt8KvBudget = 3e-5;
 
 // The process-wide registry: "rolling" (the series' cache and arithmetic), "static" (the
 // preallocated cache with the decode kernels), "cuda-graph" (a ring whose decode steps replay a CUDA
-// graph) where LibTorch sees a GPU, and every fault of faults.h. Thread-safe.
+// graph) where LibTorch sees a GPU, and every fault of the fault table (tinygpt/checks/faults.h). Thread-safe.
 CacheRegistry& cache_registry();
 
 // Registers a production cache of the user's: it then runs through every check like ours, with
