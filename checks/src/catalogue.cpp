@@ -51,7 +51,7 @@ nlohmann::json catalogue_json() {
     sampler.push_back({{"name", c.name}, {"states", c.proves}, {"needs_scores", c.is(Tag::NeedsScores)}});
   for (const auto* v : every_variant(/*faults=*/true)) {
     faults.push_back({{"name", v->name}, {"models", v->description}, {"seam", v->seam}, {"expected", v->expected},
-                      {"runs", runs_of(*v)}, {"twins", v->twins}});
+                      {"runs", runs_of(*v)}, {"twins", v->twins}, {"remedy", v->remedy}});
     if (v->applies) faults.back()["feature"] = v->feature;  // a zoo fault: the members it runs on
   }
   for (const auto& d : known_deviations())

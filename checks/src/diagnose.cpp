@@ -24,26 +24,6 @@ namespace tinygpt::checks {
 
 namespace {
 
-// What to do, for the faults a real engine is most likely to show on purpose or by a known bug.
-const std::map<std::string, std::string>& remedies() {
-  static const std::map<std::string, std::string> m = {
-      {"never-trimmed",
-       "the engine attends to more than context + 1 keys past the window, as if its cache never trims: if it keeps "
-       "every token on purpose (no sliding window), declare \"no-window\" in hello (or run with --no-past-window); if not, "
-       "trim after attending (SPEC 4)"},
-      {"trim-before-attend", "past the window a decode query sees context keys, one too few: trim after attending (SPEC 4)"},
-      {"rope-offset", "decode steps are rotated as if at position 0: pass the row's position to RoPE"},
-      {"loop-clamped-positions", "positions stop growing at the window's last slot: keep counting past the context (SPEC 4)"},
-      {"loop-wrapped-positions", "positions wrap at the window: keep counting past the context (SPEC 4)"},
-      {"topleft-mask", "the single decode query is masked top-left: align the causal mask bottom-right"},
-      {"no-reset", "the next sequence starts on the previous one's entries: clear the cache on reset"},
-      {"loop-positions-stop-at-context",
-       "the positions stop growing at the context: count them from the tokens fed, not from the trimmed cache's length or "
-       "attention mask"},
-  };
-  return m;
-}
-
 bool is_model_check(const std::string& name) {
   const auto& t = model_checks();
   return std::any_of(t.begin(), t.end(), [&](const CheckDef& c) { return c.name == name; });
@@ -338,10 +318,10 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   d.text = "the failing rows (" + join(order) + (where.empty() ? "" : "; first over the bound at: " + where) + ") ";
   if (!d.matches.empty()) {
     const std::string& m = d.matches.front();
-    const auto it = remedies().find(m);
+    const CacheVariant& f = cache_registry().get(m);
     d.text += "match the fault " + m + " on our model: the same rows fail with the same signature (" + saw + ")" +
               (same_signature.front().exact ? ", first at the same positions" : "") + "; " +
-              (it != remedies().end() ? it->second : cache_registry().get(m).description);
+              (f.remedy.empty() ? f.description : f.remedy);
     if (d.matches.size() > 1) {
       d.text += " (the same signature, by magnitudes further from the engine's: " +
                 join(std::vector<std::string>(d.matches.begin() + 1, d.matches.end())) + ")";

@@ -97,6 +97,12 @@ CacheVariant int8_fault(std::string name, std::string description) {
 }
 
 // The seed's two planted bugs, with the drift it reports for each on its Holmes model.
+// A fault with what an engine showing it should do (CacheVariant::remedy).
+inline CacheVariant remedy(CacheVariant v, std::string what_to_do) {
+  v.remedy = std::move(what_to_do);
+  return v;
+}
+
 inline CacheVariant seed_fault(CacheVariant v, int64_t seed_drift) {
   v.seed_drift = seed_drift;
   return v;

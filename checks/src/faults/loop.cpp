@@ -12,16 +12,18 @@ void register_loop_faults(FaultFile& r) {
    public:
     int64_t position(int64_t fed, int64_t context) const override { return fed % context; }
   };
-  r.add(loop_fault<WrappedPositions>("loop-wrapped-positions", "the loop wraps positions at the window (pos % context)",
-                                     {check::kWindowReference, check::kLongPrompt}), {"transformers:positions-restart"});
+  r.add(remedy(loop_fault<WrappedPositions>("loop-wrapped-positions", "the loop wraps positions at the window (pos % context)",
+                                     {check::kWindowReference, check::kLongPrompt}),
+                "positions wrap at the window: keep counting past the context (SPEC 4)"), {"transformers:positions-restart"});
 
   // `min(pos, context - 1)`: the position counter stops growing at the window's last slot.
   class ClampedPositions final : public DecodeSchedule {
    public:
     int64_t position(int64_t fed, int64_t context) const override { return std::min(fed, context - 1); }
   };
-  r.add(loop_fault<ClampedPositions>("loop-clamped-positions", "the loop's positions stop growing at the window's last slot",
-                                     {check::kWindowReference, check::kLongPrompt}));
+  r.add(remedy(loop_fault<ClampedPositions>("loop-clamped-positions", "the loop's positions stop growing at the window's last slot",
+                                     {check::kWindowReference, check::kLongPrompt}),
+                "positions stop growing at the window's last slot: keep counting past the context (SPEC 4)"));
 
   // `min(pos, context)`: the positions stop growing at the context itself, one past the window's last
   // slot (transformers.js's position ids, derived from an attention mask its trimmed cache keeps at
@@ -30,9 +32,11 @@ void register_loop_faults(FaultFile& r) {
    public:
     int64_t position(int64_t fed, int64_t context) const override { return std::min(fed, context); }
   };
-  r.add(loop_fault<PositionsStopAtContext>("loop-positions-stop-at-context",
+  r.add(remedy(loop_fault<PositionsStopAtContext>("loop-positions-stop-at-context",
                                            "the loop's positions stop growing at the context (transformers.js's own position ids)",
-                                           {check::kWindowReference}));
+                                           {check::kWindowReference}),
+                "the positions stop growing at the context: count them from the tokens fed, not from the trimmed cache's length or "
+                   "attention mask"));
 
   // The position read before it counts the previous token: each decode token is fed at the
   // previous token's position (the loop's off-by-one; the attention policy is correct).

@@ -15,7 +15,8 @@ void register_policy_faults(FaultFile& r) {
       AttentionPolicy::position(q, k, v, 0, r);
     }
   };
-  r.add(seed_fault(policy_fault<RopeOffset>("rope-offset", "decode step rotates q and k as if at position 0 (seed gotcha 1)", in_window), 7), {"reference:rope-offset", "onnxruntime:positions-restart"});
+  r.add(remedy(seed_fault(policy_fault<RopeOffset>("rope-offset", "decode step rotates q and k as if at position 0 (seed gotcha 1)", in_window), 7),
+                "decode steps are rotated as if at position 0: pass the row's position to RoPE"), {"reference:rope-offset", "onnxruntime:positions-restart"});
 
   // scaled_dot_product_attention(is_causal=True) on a 1 x S score matrix: top-left aligned, the
   // single decode query sees only the first cached key.
@@ -27,7 +28,8 @@ void register_policy_faults(FaultFile& r) {
       return at::zeros({tq, tk}, opts).masked_fill(hidden, -std::numeric_limits<double>::infinity());
     }
   };
-  r.add(seed_fault(policy_fault<TopLeftMask>("topleft-mask", "decode query under a top-left causal mask sees only key 0 (seed gotcha 2)", in_window), 3));
+  r.add(remedy(seed_fault(policy_fault<TopLeftMask>("topleft-mask", "decode query under a top-left causal mask sees only key 0 (seed gotcha 2)", in_window), 3),
+                "the single decode query is masked top-left: align the causal mask bottom-right"));
 
   // The attention layer rotates a decode token one position early (its own off-by-one; the loop's
   // counter is right).

@@ -30,7 +30,8 @@ void register_storage_faults(FaultFile& r) {
       return {k_[l], v_[l]};
     }
   };
-  r.add(cache_fault<TrimBeforeAttend>("trim-before-attend", "cache trimmed before attending: context keys, not context+1", past_window), {"transformers:window-256"});
+  r.add(remedy(cache_fault<TrimBeforeAttend>("trim-before-attend", "cache trimmed before attending: context keys, not context+1", past_window),
+                "past the window a decode query sees context keys, one too few: trim after attending (SPEC 4)"), {"transformers:window-256"});
 
   // The trim line deleted: the cache grows without bound and past the window attends to
   // everything ever fed (and leaks memory).
@@ -43,7 +44,10 @@ void register_storage_faults(FaultFile& r) {
       return {k_[l], v_[l]};
     }
   };
-  r.add(cache_fault<NeverTrimmed>("never-trimmed", "cache never trimmed: past the window it sees every token", past_window), {"reference:never-trims", "llama.cpp:never-trimmed", "onnxruntime:never-trimmed"});
+  r.add(remedy(cache_fault<NeverTrimmed>("never-trimmed", "cache never trimmed: past the window it sees every token", past_window),
+                "the engine attends to more than context + 1 keys past the window, as if its cache never trims: if it keeps "
+                   "every token on purpose (no sliding window), declare \"no-window\" in hello (or run with --no-past-window); if not, "
+                   "trim after attending (SPEC 4)"), {"reference:never-trims", "llama.cpp:never-trimmed", "onnxruntime:never-trimmed"});
 
   // Keys stored where values go and vice versa (a tuple unpacked in the wrong order).
   class KVSwapped final : public FaultyCache {
@@ -71,8 +75,9 @@ void register_storage_faults(FaultFile& r) {
       return {K, V};
     }
   };
-  r.add(cache_fault<NeverReset>("no-reset", "the cache's reset() does nothing: the next sequence starts on stale entries",
-                                {check::kReset, check::kTeacherForced}));
+  r.add(remedy(cache_fault<NeverReset>("no-reset", "the cache's reset() does nothing: the next sequence starts on stale entries",
+                                {check::kReset, check::kTeacherForced}),
+                "the next sequence starts on the previous one's entries: clear the cache on reset"));
 }
 
 }  // namespace tinygpt::checks::faults

@@ -73,6 +73,9 @@ struct CacheVariant {
   // diagnosis of that engine must name this fault for.
   std::string seam;
   std::vector<std::string> twins;
+  // For a fault a real engine is likely to show, on purpose or by a known bug: what to do about it, in
+  // the words a diagnosis that names it ends with ("" : the diagnosis ends with its description).
+  std::string remedy;
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;
