@@ -10,6 +10,7 @@
 #include "tinygpt/tools/bench.h"
 #include "tinygpt/tools/spec_bench.h"
 #include "tinygpt/checkpoint.h"
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/data.h"
 #include "cli_common.h"
 #include "commands.h"

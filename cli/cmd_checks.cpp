@@ -8,6 +8,7 @@
 #include "tinygpt/tools/cross_device.h"
 #include "model_source.h"
 #include "report_files.h"
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/catalogue.h"
 #include "tinygpt/checks/faults.h"
 #include "tinygpt/checks/data.h"

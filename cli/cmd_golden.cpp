@@ -15,6 +15,7 @@
 #include "report_files.h"
 #include "commands.h"
 #include "model_source.h"
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/sample_grid.h"
 #include "tinygpt/atomic_file.h"
 #include "tinygpt/checks/data.h"

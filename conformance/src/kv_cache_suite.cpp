@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/generate.h"

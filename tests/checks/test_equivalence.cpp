@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/conform.h"
 #include "tinygpt/checks/data.h"

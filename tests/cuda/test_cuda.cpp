@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 
 #include "tinygpt/tools/cross_device.h"
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/data.h"
 #include "tinygpt/checks/golden.h"

@@ -19,6 +19,52 @@ LAYERS = [
 ]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
+# The harness's rooms, bottom first (docs/ARCHITECTURE.md, "The harness's rooms"): each public header of
+# tinygpt/checks/ belongs to one, each folder of checks/src/ is one, and a room includes only the headers
+# of its own room and the rooms below it - no arrow up inside checks/.
+ROOMS = ["base", "targets", "table", "faults", "runs", "conform", "reports"]
+HEADER_ROOM = {
+    "base": ["results", "data", "ops", "parallel_runs", "check_names", "reference", "judge", "export"],
+    "targets": ["cache_variant", "target", "churn", "kv_cost"],
+    "table": ["check_suite", "deviations"],
+    "faults": ["cache_registry", "faults"],
+    "runs": ["inject", "golden_compare", "golden", "sample_grid", "verify", "diagnose"],
+    "conform": ["conform"],
+    "reports": ["report", "catalogue", "compare"],
+}
+ROOM_OF = {h: r for r, hs in HEADER_ROOM.items() for h in hs}
+
+
+def rooms(src):
+    """Arrows up between the harness's rooms: (file, line, header, why) for each."""
+    problems, base = [], os.path.join(src, "checks")
+    headers = os.path.join(base, "include", "tinygpt", "checks")
+    for n in sorted(os.listdir(headers)):
+        if n.endswith(".h") and n[:-2] not in ROOM_OF:
+            problems.append("checks/include/tinygpt/checks/%s is in no room (check_layers.py's HEADER_ROOM)" % n)
+    files = [(os.path.join(headers, n), ROOM_OF.get(n[:-2])) for n in sorted(os.listdir(headers)) if n.endswith(".h")]
+    srcdir = os.path.join(base, "src")
+    for entry in sorted(os.listdir(srcdir)):
+        full = os.path.join(srcdir, entry)
+        if os.path.isdir(full):
+            if entry not in ROOMS:
+                problems.append("checks/src/%s/ is no room (check_layers.py's ROOMS)" % entry)
+                continue
+            files += [(os.path.join(full, n), entry) for n in sorted(os.listdir(full)) if n.endswith((".h", ".cpp"))]
+        elif entry.endswith(".cpp"):
+            problems.append("checks/src/%s is in no room: a source lives in its room's folder" % entry)
+    for path, room in files:
+        if room is None:
+            continue
+        for i, line in enumerate(open(path, encoding="utf-8"), 1):
+            m = INCLUDE.match(line)
+            if not m or not m.group(1).startswith("tinygpt/checks/"):
+                continue
+            target = ROOM_OF.get(m.group(1)[len("tinygpt/checks/"):-2])
+            if target and ROOMS.index(target) > ROOMS.index(room):
+                problems.append("%s:%d includes \"%s\": the %s room is above %s" % (os.path.relpath(path, src), i, m.group(1), target, room))
+    return problems
+
 
 def kind(header):
     """The layer a quoted include belongs to, or None for a file of the including folder itself."""
@@ -54,6 +100,7 @@ def main(src):
                                             % (rel, i, m.group(1), folder))
                     elif k not in allowed:
                         problems.append("%s:%d includes \"%s\": %s/ is below the %s layer" % (rel, i, m.group(1), folder, k))
+    problems += rooms(src)
     for p in problems:
         print("FAIL " + p)
     if not problems:

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "../small_model.h"
+#include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/churn.h"
 #include "tinygpt/checks/judge.h"

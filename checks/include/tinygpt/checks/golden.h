@@ -42,9 +42,6 @@ Fixture load_fixture(const std::string& dir, c10::Device device);
 Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer, const std::string& golden_dir,
                      c10::Device device);
 
-// A digest of the weights (64-bit FNV-1a over every tensor's float32 bytes, hex): golden files
-// record it, so goldens are never compared against another model.
-std::string model_digest(GPT& model);
 
 // Every golden file's JSON, freshly computed (file name -> document). With `variant`, only the
 // cached cases, through that cache (the files are recorded through the series' rolling cache).

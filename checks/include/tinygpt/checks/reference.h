@@ -81,6 +81,10 @@ Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens);
 // uncached forwards of one run gain nothing from a second intra-op thread: docs/perf.md).
 Reference build_reference(GPT& model, const at::Tensor& prompt, int64_t tokens, const at::Tensor& guess, int workers);
 
+// A digest of the weights (64-bit FNV-1a over every tensor's float32 bytes, hex): golden files and
+// cached references record it, so neither is ever compared against another model.
+std::string model_digest(GPT& model);
+
 // The reference of (model, prompt, tokens) kept on disk between processes, in the folder the
 // environment's TINYGPT_REFERENCE_CACHE names (unset: nothing is kept; the test suite sets it to
 // build/reference-cache, so verify, equivalence and every conform run of one build share one uncached

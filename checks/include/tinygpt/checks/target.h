@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/cache_variant.h"
 #include "tinygpt/checks/ops.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/gpt.h"

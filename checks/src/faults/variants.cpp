@@ -3,7 +3,7 @@
 // Kept apart from the registry itself, which knows neither.
 #include <torch/cuda.h>
 
-#include "faults/fault.h"
+#include "fault.h"
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/fused_step.h"
 #include "tinygpt/graph_step.h"

@@ -1,5 +1,7 @@
 #include "tinygpt/checks/inject.h"
 
+#include "tinygpt/checks/cache_registry.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>

@@ -3,6 +3,7 @@
 // number of tokens and the code that computed them. The key holds all four - the weights' bytes and
 // the config hashed, the prompt's ids, the tokens, and the running program's ELF build id (any change
 // to the code links another program) - so an entry is only ever read by the computation that wrote it.
+#include <cstdio>
 #include <link.h>
 
 #include <ATen/ATen.h>
@@ -161,6 +162,19 @@ Reference cached_reference(GPT& model, const at::Tensor& prompt, int64_t tokens)
   Reference r = build_reference(model, prompt, tokens);
   store_cached_reference(model, prompt, tokens, r);
   return r;
+}
+
+std::string model_digest(GPT& model) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (const auto& [name, t] : model->state_dict()) {
+    if (name == "head.weight") continue;  // the embedding, again
+    at::Tensor c = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
+    const auto* p = reinterpret_cast<const unsigned char*>(c.data_ptr<float>());
+    for (int64_t i = 0; i < c.numel() * 4; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  char b[20];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
+  return b;
 }
 
 }  // namespace tinygpt::checks

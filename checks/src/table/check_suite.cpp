@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "tinygpt/checks/deviations.h"
-#include "tinygpt/checks/golden.h"
 
 namespace tinygpt::checks {
 

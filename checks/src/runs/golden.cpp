@@ -140,19 +140,6 @@ Fixture load_fixture(const std::string& checkpoint, const std::string& tokenizer
   return fx;
 }
 
-std::string model_digest(GPT& model) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
-  for (const auto& [name, t] : model->state_dict()) {
-    if (name == "head.weight") continue;  // the embedding, again
-    at::Tensor c = t.detach().to(at::kCPU).to(at::kFloat).contiguous();
-    const auto* p = reinterpret_cast<const unsigned char*>(c.data_ptr<float>());
-    for (int64_t i = 0; i < c.numel() * 4; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  }
-  char b[20];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
-  return b;
-}
-
 const std::vector<std::string>& golden_cases() {
   static const std::vector<std::string> c = {"sample-grid", "greedy-600", "sampler-selfcheck"};
   return c;
