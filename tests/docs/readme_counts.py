@@ -5,14 +5,24 @@ job's summary: the rows verify prints ("verify: all N checks passed"), the fault
 be the one `tinygpt verify --json` wrote on the shipped fixture, so a row or a fault added without
 the README following fails here.
 
-Usage: readme_counts.py VERIFY_JSON README
+The README's screenshot of the report (docs/report.png, which docs/reports.md shows) carries the counts
+it shows in docs/report.json, written with it by ci/update-docs.sh: they must be the report's too.
+
+Usage: readme_counts.py VERIFY_JSON README [SCREENSHOT_COUNTS_JSON]
+       readme_counts.py --screenshot-counts VERIFY_JSON   (prints the counts ci/update-docs.sh stores)
 """
 import json
 import re
 import sys
 
 
-def main(report_path, readme_path):
+def counts(report):
+    """The figures a screenshot of the report shows: its rows and the fault matrix's score."""
+    return {"checks": len(report["checks"]), "faults_caught": report["fault_matrix"]["caught"],
+            "faults": report["fault_matrix"]["total"]}
+
+
+def main(report_path, readme_path, screenshot_path=None):
     report = json.load(open(report_path, encoding="utf-8"))
     readme = open(readme_path, encoding="utf-8").read()
     problems = []
@@ -40,6 +50,11 @@ def main(report_path, readme_path):
             expect("the checks of the %s cache" % m.group(1),
                    r"cache-equivalence \[%s\] +PASS +[0-9.]+s +[^\n]*; (\d+) checks\n" % m.group(1), (int(n.group(1)),))
             break  # the README quotes the first production cache
+    if screenshot_path:
+        shown = json.load(open(screenshot_path, encoding="utf-8"))
+        if shown != counts(report):
+            problems.append("docs/report.png shows %s; verify's report has %s: run ctest, then bash ci/update-docs.sh"
+                            % (shown, counts(report)))
     if problems:
         print("\n".join(problems))
         return 1
@@ -49,7 +64,10 @@ def main(report_path, readme_path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) == 3 and sys.argv[1] == "--screenshot-counts":
+        print(json.dumps(counts(json.load(open(sys.argv[2], encoding="utf-8"))), sort_keys=True))
+        sys.exit(0)
+    if len(sys.argv) not in (3, 4):
         print(__doc__)
         sys.exit(2)
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))
