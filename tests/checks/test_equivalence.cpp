@@ -598,7 +598,7 @@ class Forwarding : public DecodeTarget, public RowServing {
   void reset() override { inner_.reset(); }
   at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
   at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
-  std::string unsupported(Op op) const override { return inner_.unsupported(op); }
+  Offers make_offers() const override { return inner_.offers(); }
   RowServing* row_serving() override { return this; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
@@ -695,7 +695,7 @@ class ThreadDependent final : public DecodeTarget {
   void reset() override { inner_.reset(); }
   at::Tensor prefill(const at::Tensor& ids) override { return moved(inner_.prefill(ids)); }
   at::Tensor step(const at::Tensor& ids) override { return moved(inner_.step(ids)); }
-  std::string unsupported(Op op) const override { return inner_.unsupported(op); }
+  Offers make_offers() const override { return inner_.offers(); }
   int set_threads(int n) override { return inner_.set_threads(n); }
 
  private:

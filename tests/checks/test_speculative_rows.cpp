@@ -189,7 +189,7 @@ class DraftsOnlyWithRoom final : public DecodeTarget {
   Generation generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) override {
     return inner_.generate(prompt, n, choose);
   }
-  std::string unsupported(Op op) const override { return inner_.unsupported(op); }
+  Offers make_offers() const override { return inner_.offers(); }
   std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override {
     return inner_.speculate_unsupported(draft, rule);
   }

@@ -406,7 +406,7 @@ ConformReport run_conform(const ConformOptions& o) {
   RemoteTarget target(proc, engine.hello(), cfg.vocab_size, cfg.context);
   // save-restore's fresh context: the same command started again, greeted and loaded the same way.
   target.set_spawn(second_instances(o, cfg, precision));
-  rep.deviations = target.deviations();
+  rep.deviations = target.offers().deviations;
   const Deviation* inside_by = nullptr;  // a declared deviation that keeps the run inside the window
   for (const auto& name : rep.deviations)
     if (const Deviation* d = find_deviation(name); d && d->inside_window) {
@@ -417,7 +417,7 @@ ConformReport run_conform(const ConformOptions& o) {
   // The speculative rows' trained draft (the fixture's golden/draft.safetensors: it shares the
   // vocabulary of every model here), sent in the engine's format on first use.
   Checkpoint draft_ck;
-  if (target.unsupported(Op::Speculate).empty() && target.speculate_unsupported("model", AcceptRule::Exact).empty()) {
+  if (target.offers().why_not(Op::Speculate).empty() && target.speculate_unsupported("model", AcceptRule::Exact).empty()) {
     const std::string path = data_dir() + "/draft.safetensors";
     if (std::filesystem::exists(path)) {
       draft_ck = read_any_checkpoint(path);
@@ -439,7 +439,7 @@ ConformReport run_conform(const ConformOptions& o) {
   auto lists_f32 = [](const std::vector<std::string>& l) { return std::find(l.begin(), l.end(), "f32") != l.end(); };
   // An engine that takes whole requests only (hello's "rows": false) cannot be mirrored request by
   // request: its rows are judged against our model alone, and the weight-budget row says why it is not run.
-  const bool takes_rows = target.rows_unsupported().empty();
+  const bool takes_rows = target.offers().takes_rows();
   const bool kv_base = takes_rows && low_kv(o) && lists_f32(hello_kv_types(engine.hello()));
   const bool weight_base = takes_rows && low_weights(o) && lists_f32(hello_weight_types(engine.hello()));
   const EnginePrecision base_precision{kv_base ? "f32" : o.kv_type, weight_base ? "f32" : o.weight_type};
@@ -484,7 +484,7 @@ ConformReport run_conform(const ConformOptions& o) {
     CheckResult r;
     r.name = "weight-budget [" + o.weight_type + "]";
     r.status = Status::Skipped;
-    r.detail = "skipped: " + target.rows_unsupported() + " (the teacher-forced run it costs needs rows); the rows it serves are judged "
+    r.detail = "skipped: " + target.offers().no_rows + " (the teacher-forced run it costs needs rows); the rows it serves are judged "
                "against our model by the budget";
     rep.rows.push_back(r);
   } else if (!rep.fatal && low_weights(o)) {

@@ -57,11 +57,15 @@ at::Tensor MirrorTarget::step(const at::Tensor& ids) {
   return l;
 }
 
-std::string MirrorTarget::unsupported(Op op) const {
-  const std::string m = main_->unsupported(op);
-  if (!m.empty()) return m;
-  const std::string b = base_->unsupported(op);
-  return b.empty() ? "" : "its f32 baseline: " + b;
+Offers MirrorTarget::make_offers() const {
+  const Offers& m = main_->offers();
+  const Offers& b = base_->offers();
+  Offers o = m;
+  for (unsigned i = 0; i < kOpCount; ++i)
+    if (o.missing[i].empty() && !b.missing[i].empty()) o.missing[i] = "its f32 baseline: " + b.missing[i];
+  if (o.no_rows.empty() && !b.no_rows.empty()) o.no_rows = "its f32 baseline: " + b.no_rows;
+  o.max_rows = m.max_rows == 0 ? b.max_rows : b.max_rows == 0 ? m.max_rows : std::min(m.max_rows, b.max_rows);
+  return o;
 }
 
 std::vector<int64_t> MirrorTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
@@ -107,11 +111,6 @@ void MirrorTarget::release_row(int64_t row) {
 int MirrorTarget::set_threads(int n) {
   base_->set_threads(n);
   return main_->set_threads(n);
-}
-
-int64_t MirrorTarget::max_rows() const {
-  const int64_t a = main_->max_rows(), b = base_->max_rows();
-  return a == 0 ? b : b == 0 ? a : std::min(a, b);
 }
 
 std::string MirrorTarget::save_row(int64_t row) {

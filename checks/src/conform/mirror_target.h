@@ -32,10 +32,8 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
   at::Tensor prefill(const at::Tensor& ids) override;
   at::Tensor step(const at::Tensor& ids) override;
   const props::SamplerUnderTest* sampler() const override { return main_->sampler(); }
-  std::vector<std::string> deviations() const override { return main_->deviations(); }
   std::string loop_name() const override { return main_->loop_name(); }
-  std::string unsupported(Op op) const override;
-  // Rows where the main target has them (the baseline must too: unsupported() asks both).
+  // Rows where the main target has them (the baseline must too: its offer asks both).
   RowServing* row_serving() override { return main_->row_serving() ? this : nullptr; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
@@ -45,7 +43,6 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
   void release_row(int64_t row) override;
   int set_threads(int n) override;
   std::vector<int64_t> reused() const override { return main_->serving().reused(); }
-  int64_t max_rows() const override;
   std::string save_row(int64_t row) override;
   int64_t restore_row(const std::string& state) override;
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;
@@ -60,6 +57,11 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
     return main_->seeded(prompt, n, s, seed);
   }
 
+
+ protected:
+  // The main target's offer where the baseline offers the same (an operation either lacks is missing,
+  // the baseline's reason said as its own), the smaller row limit, the main target's deviations.
+  Offers make_offers() const override;
  private:
   struct Shared {
     StepDiffs tally;

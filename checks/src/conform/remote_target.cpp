@@ -39,7 +39,7 @@ RemoteTarget::RemoteTarget(EngineProcess& p, const json& hello, int64_t vocab, i
   }
   sampler_ = {name_, "the engine's sampler through 'sample'", nullptr,
               [this](const at::Tensor& l, const at::Tensor& h, const SamplingSettings& s) { return pick(l, h, s); }, nullptr};
-  if (unsupported(Op::RowSampling).empty())
+  if (why_not(Op::RowSampling).empty())
     sampler_.pick_rows = [this](const at::Tensor& l, const at::Tensor& h, const std::vector<RowSampling>& r, int64_t n) {
       return pick_rows(l, h, r, n);
     };
@@ -69,11 +69,16 @@ at::Tensor RemoteTarget::step(const at::Tensor& ids) {
   return logits(ok({{"op", "step"}, {"ids", ids_json(ids)}}), ids.size(0), "step");
 }
 
-std::string RemoteTarget::rows_unsupported() const {
-  return takes_rows_ ? "" : "the engine takes whole requests only (its hello says \"rows\": false): no prefill or step of a row";
+Offers RemoteTarget::make_offers() const {
+  Offers o;
+  for (unsigned i = 0; i < kOpCount; ++i) o.missing[i] = why_not(static_cast<Op>(i));
+  if (!takes_rows_) o.no_rows = "the engine takes whole requests only (its hello says \"rows\": false): no prefill or step of a row";
+  o.max_rows = max_rows_;
+  o.deviations = deviations_;
+  return o;
 }
 
-std::string RemoteTarget::unsupported(Op op) const {
+std::string RemoteTarget::why_not(Op op) const {
   const std::string name = op_name(op);
   if (protocol_ < 2) return "the engine speaks protocol 1 (its hello names no operations)";
   if (protocol_ < 3 && (op == Op::Extend || op == Op::Save || op == Op::Shift || op == Op::Generate || op == Op::GenerateShift))
@@ -240,7 +245,7 @@ std::vector<std::pair<int64_t, double>> top_entries(const json& step, int64_t V,
 }  // namespace
 
 std::string RemoteTarget::speculate_unsupported(const std::string& draft, AcceptRule rule) const {
-  const std::string why = unsupported(Op::Speculate);
+  const std::string why = offers().why_not(Op::Speculate);
   if (!why.empty()) return why;
   auto listed = [](const std::vector<std::string>& l, const std::string& x) { return std::find(l.begin(), l.end(), x) != l.end(); };
   if (!listed(drafts_, draft))

@@ -70,12 +70,10 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   at::Tensor step(const at::Tensor& ids) override;
   // nullptr when hello said "sampler": false: the sampler rows are then skipped, saying so.
   const props::SamplerUnderTest* sampler() const override { return has_sampler_ ? &sampler_ : nullptr; }
-  std::vector<std::string> deviations() const override { return deviations_; }
   std::string loop_name() const override { return "engine"; }
 
   // Protocols 2 and 3: rows by id. An operation is supported when hello's protocol has it and its
   // "operations" list names it (extend is protocol 3's).
-  std::string unsupported(Op op) const override;
   RowServing* row_serving() override { return protocol_ >= 2 ? this : nullptr; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
@@ -85,12 +83,10 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   void release_row(int64_t row) override;
   int set_threads(int n) override;
   std::vector<int64_t> reused() const override { return reused_; }
-  int64_t max_rows() const override { return max_rows_; }
   std::string save_row(int64_t row) override;
   int64_t restore_row(const std::string& state) override;
   void shift_row(int64_t row, int64_t keep, int64_t discard) override;
   std::vector<ServedResult> serve(const std::vector<ServedRequest>& requests) override;
-  std::string rows_unsupported() const override;
   // Op "speculate": the engine's own draft-and-verify decoding (hello's "speculate" lists the draft
   // kinds and acceptance rules it offers). A "model" draft goes as a file the writer set below makes.
   SpeculativeAnswer speculate(const SpeculativeRequest& request) override;
@@ -112,7 +108,14 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   // Set once the engine could not be talked to: every later request throws it again.
   const std::optional<std::string>& unusable() const { return unusable_; }
 
+
+ protected:
+  // From its hello: the operations it names (by protocol), rows or whole requests only, max_rows, its
+  // deviations.
+  Offers make_offers() const override;
  private:
+  // "" when the hello offers `op`, else why not.
+  std::string why_not(Op op) const;
   nlohmann::json ok(const nlohmann::json& req);
   at::Tensor logits(const nlohmann::json& answer, int64_t rows, const std::string& op) const {
     return answer_logits(answer, rows, vocab_, op);

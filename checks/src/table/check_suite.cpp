@@ -53,7 +53,7 @@ const CheckResult* EquivalenceResult::check(const std::string& name) const {
 CheckContext::CheckContext(GPT& m, const EquivalenceOptions& o, DecodeTarget& t, EquivalenceResult& r, const Reference* shared)
     : model(m), opts(o), target(t), out(r), shared_(shared) {
   bound_.tol = o.tolerance;
-  for (const auto& name : t.deviations())
+  for (const auto& name : t.offers().deviations)
     if (const Deviation* d = find_deviation(name)) declared_.push_back(d);
 }
 
@@ -73,7 +73,7 @@ const Generation& CheckContext::main() {
   if (main_) return *main_;
   if (main_error_) throw std::runtime_error("the target's main run did not complete (see " + *main_error_ + ")");
   main_error_ = row_ ? row_->name : std::string("the first check");  // if the run throws, later checks point here
-  if (!target.rows_unsupported().empty() && target.speculate_unsupported("none", AcceptRule::SampleAndMatch).empty()) {
+  if (!target.offers().takes_rows() && target.speculate_unsupported("none", AcceptRule::SampleAndMatch).empty()) {
     // A target that takes whole requests only: its own plain greedy loop (speculate with no drafts).
     SamplingSettings greedy_settings;
     greedy_settings.temperature = 0;
@@ -223,23 +223,23 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
     r.detail = "skipped (" + ctx.opts.inside_window_why + "): the target is never driven past the context";
     return true;
   }
-  if (ctx.target.max_rows() > 0 && def.rows > ctx.target.max_rows()) {
+  if (ctx.target.offers().max_rows > 0 && def.rows > ctx.target.offers().max_rows) {
     r.status = Status::Skipped;
     r.detail = "skipped: the row drives " + std::to_string(def.rows) + " rows at once and the target takes at most " +
-               std::to_string(ctx.target.max_rows()) + " (its hello's max_rows)";
+               std::to_string(ctx.target.offers().max_rows) + " (its hello's max_rows)";
     return true;
   }
   // A target that takes whole requests only runs the rows of its whole-request operations: generate, and
   // speculate (whose plain greedy run is then the target's own, CheckContext::main).
   if (!def.is(Tag::Sampler) && !(def.ops == Ops{Op::Generate}) && !(def.ops == Ops{Op::Speculate}) &&
-      !ctx.target.rows_unsupported().empty()) {
+      !ctx.target.offers().takes_rows()) {
     r.status = Status::Skipped;
-    r.detail = "skipped: " + ctx.target.rows_unsupported();
+    r.detail = "skipped: " + ctx.target.offers().no_rows;
     return true;
   }
   std::string why;  // the first operation the target lacks, in the enum's order
   def.ops.each([&](Op op) {
-    if (why.empty()) why = ctx.target.unsupported(op);
+    if (why.empty()) why = ctx.target.offers().why_not(op);
   });
   if (!why.empty()) {
     r.status = Status::Skipped;

@@ -381,7 +381,7 @@ ChurnOps churn_ops_of(const DecodeTarget& t, bool past_window) {
   ChurnOps ops;
   Ops offered;
   ChurnOps{}.offered.each([&](Op op) {
-    if (t.unsupported(op).empty()) offered = offered.with(op);
+    if (t.offers().why_not(op).empty()) offered = offered.with(op);
   });
   ops.offered = offered;
   ops.past_window = past_window;

@@ -430,7 +430,7 @@ void self_check(CheckContext& c, CheckResult& r) {
   SelfDiffs d;
   against_own_prefill(c.target, main, T0, steps, tol, d);
   const at::Tensor rows = o.prompt.size(0) == 1 ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
-  const int64_t most = c.target.max_rows();  // an engine that keeps one sequence has no batch of its own
+  const int64_t most = c.target.offers().max_rows;  // an engine that keeps one sequence has no batch of its own
   SelfDiffs b;
   if (rows.size(0) > 1 && (most == 0 || most >= rows.size(0))) {
     const Generation batched = c.target.generate(rows, inside, greedy());

@@ -248,7 +248,7 @@ void served_check(CheckContext& c, CheckResult& r) {
   // The sixth scenario goes past the window: not for an engine without a shift, nor in a run kept
   // inside the window (--no-past-window, or declared no-window).
   const std::string no_shift =
-      c.opts.past_window ? c.target.unsupported(Op::GenerateShift) : "the run stays inside the window (" + c.opts.inside_window_why + ")";
+      c.opts.past_window ? c.target.offers().why_not(Op::GenerateShift) : "the run stays inside the window (" + c.opts.inside_window_why + ")";
   const std::vector<Scenario> all = scenarios(V, ctx, no_shift.empty());
   Tally tally;
   int64_t requests = 0;

@@ -34,17 +34,35 @@ Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenC
   return {seq, keep.stacked()};
 }
 
-std::string DecodeTarget::unsupported(Op op) const { return std::string("the target does not support ") + op_name(op); }
+Ops Offers::operations() const {
+  Ops out;
+  for (unsigned i = 0; i < kOpCount; ++i)
+    if (missing[i].empty()) out = out.with(static_cast<Op>(i));
+  return out;
+}
+
+Offers offers_nothing() {
+  Offers o;
+  for (unsigned i = 0; i < kOpCount; ++i) o.missing[i] = std::string("the target does not support ") + op_name(static_cast<Op>(i));
+  return o;
+}
+
+const Offers& DecodeTarget::offers() const {
+  std::call_once(offered_, [this] { offers_ = make_offers(); });
+  return offers_;
+}
+
+Offers DecodeTarget::make_offers() const { return offers_nothing(); }
 
 RowServing& DecodeTarget::serving() {
   if (RowServing* r = row_serving()) return *r;
-  throw std::logic_error(unsupported(Op::Ragged));
+  throw std::logic_error(offers().why_not(Op::Ragged));
 }
 
-int DecodeTarget::set_threads(int) { throw std::logic_error(unsupported(Op::Threads)); }
-std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(unsupported(Op::Generate)); }
-SpeculativeAnswer DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(unsupported(Op::Speculate)); }
-std::string DecodeTarget::speculate_unsupported(const std::string&, AcceptRule) const { return unsupported(Op::Speculate); }
+int DecodeTarget::set_threads(int) { throw std::logic_error(offers().why_not(Op::Threads)); }
+std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(offers().why_not(Op::Generate)); }
+SpeculativeAnswer DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(offers().why_not(Op::Speculate)); }
+std::string DecodeTarget::speculate_unsupported(const std::string&, AcceptRule) const { return offers().why_not(Op::Speculate); }
 Generation DecodeTarget::seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) {
   return generate(prompt, n, tinygpt::sampler(s, make_generator(prompt.device(), seed)));
 }
@@ -120,27 +138,33 @@ int ModelTarget::set_threads(int n) {
   return before;
 }
 
-std::string ModelTarget::unsupported(Op op) const {
-  switch (op) {
-    case Op::Threads: return "";  // LibTorch's threads, whatever the cache
-    case Op::Generate:
-    case Op::GenerateShift: return "our model has no scheduler of its own: the serving rows drive its rows directly";
-    case Op::RowSampling:
-    case Op::Bench: return std::string("our model is not an engine: ") + op_name(op) + " is the protocol's";
-    case Op::Speculate: break;  // rejected drafts are rolled back: the cache's truncate decides, as for rows
-    default: break;
-  }
+Offers ModelTarget::make_offers() const {
   // Rows decode through the model's own step at per-row positions (serving.h), not through a step
   // function bound to one cache: whether the variant's caches can be cloned and truncated decides,
   // and for save and shift whether they give their entries.
   const auto probe = variant_->make_cache(model_->config());
   const std::string rows = probe->row_ops_unsupported();
-  return !rows.empty() || (op != Op::Save && op != Op::Shift) ? rows : probe->save_unsupported();
+  const std::string entries = rows.empty() ? probe->save_unsupported() : rows;
+  Offers o;
+  for (unsigned i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    switch (op) {
+      case Op::Threads: break;  // LibTorch's threads, whatever the cache
+      case Op::Generate:
+      case Op::GenerateShift: o.missing[i] = "our model has no scheduler of its own: the serving rows drive its rows directly"; break;
+      case Op::RowSampling:
+      case Op::Bench: o.missing[i] = std::string("our model is not an engine: ") + op_name(op) + " is the protocol's"; break;
+      case Op::Save:
+      case Op::Shift: o.missing[i] = entries; break;
+      default: o.missing[i] = rows;  // speculation too: rejected drafts are rolled back by the cache's truncate, as for rows
+    }
+  }
+  return o;
 }
 
 RowBatch& ModelTarget::rows() {
   if (!rows_) {
-    const std::string why = unsupported(Op::Ragged);  // rows at all: the variant's caches can be cloned and truncated
+    const std::string why = offers().why_not(Op::Ragged);  // rows at all: the variant's caches can be cloned and truncated
     if (!why.empty()) throw std::logic_error(why);
     const CacheVariant* v = variant_;
     const Config cfg = model_->config();

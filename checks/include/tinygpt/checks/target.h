@@ -6,9 +6,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -92,9 +94,29 @@ struct SpeculativeAnswer : SpeculativeRun {
   TopLogProbs top;
 };
 
+// What a target offers beyond prefill and step, in one value: the operations (ops.h) with why each
+// missing one is, whether it takes rows at all, how many at once, and the deviations it declares.
+// A target states it once (DecodeTarget::offers()); the check table reads it to decide each row's
+// runs and skips.
+struct Offers {
+  std::array<std::string, kOpCount> missing;  // per operation: "" offered, else why not
+  std::string no_rows;                        // "" when the target takes prefill and step; else why not
+  int64_t max_rows = 0;                       // the most rows at once (hello's "max_rows"); 0: no limit
+  std::vector<std::string> deviations;        // declared deviations from our model ("gelu-tanh")
+
+  // "" when the target offers `op`, else why not (the rows that need it are then skipped, saying so).
+  const std::string& why_not(Op op) const { return missing[static_cast<unsigned>(op)]; }
+  bool takes_rows() const { return no_rows.empty(); }
+  // The operations offered.
+  Ops operations() const;
+};
+// The offer of a target with nothing beyond prefill and step: every operation missing ("the target
+// does not support OP"), rows taken, no limit, no deviation.
+Offers offers_nothing();
+
 // What a serving engine does to its cache, on rows of a running batch by id (docs/protocol.md,
 // protocol 2). A target that has rows returns this from DecodeTarget::row_serving(); which of the
-// operations it offers is DecodeTarget::unsupported(Op)'s to say, and a row asks before it calls.
+// operations it offers is its Offers' to say, and a row asks before it calls.
 class RowServing {
  public:
   virtual ~RowServing() = default;
@@ -156,30 +178,21 @@ class DecodeTarget {
   // or nullptr when it has none: the sampler checks are then skipped, saying so.
   virtual const props::SamplerUnderTest* sampler() const { return nullptr; }
 
-  // Deviations from our model the target declares (for example "gelu-tanh"); none by default.
-  virtual std::vector<std::string> deviations() const { return {}; }
-
   // What `generate` runs, for the checks' details: "production loop" for our model, "engine" for an
   // engine over the protocol.
   virtual std::string loop_name() const { return "target"; }
 
   // --- What the target offers beyond prefill and step ---
-  // "" when the target offers `op` (ops.h); else why not (the rows that need it are then skipped,
-  // saying so). The default offers nothing: "the target does not support OP".
-  virtual std::string unsupported(Op op) const;
+  // Its offer (Offers, above), stated once by make_offers() and the same value from then on.
+  const Offers& offers() const;
   // The serving operations (RowServing, above), or nullptr when the target has none; a target that
-  // returns nullptr leaves unsupported() saying so for every row operation (the default does).
+  // returns nullptr says so for every row operation in its offer (the default does).
   virtual RowServing* row_serving() { return nullptr; }
-  // row_serving(), for a row that asked unsupported() first: std::logic_error with the reason when absent.
+  // row_serving(), for a row that asked offers() first: std::logic_error with the reason when absent.
   RowServing& serving();
   // The threads the target computes with from now on (op "threads"): returns the count before.
-  // std::logic_error where unsupported(Op::Threads) says why not.
+  // std::logic_error where the offer says why not.
   virtual int set_threads(int n);
-  // The most rows the target takes at once (an engine's batch limit, hello's "max_rows"); 0: no limit.
-  virtual int64_t max_rows() const { return 0; }
-  // "" when the target takes prefill and step (every target but an engine that only schedules whole
-  // requests: hello's "rows": false); else why not: every row that drives rows is then skipped, saying so.
-  virtual std::string rows_unsupported() const { return ""; }
   // Requests an engine schedules itself (op "generate": continuous batching, a server's slots): every
   // sequence's result, in any order. Serving rows that drive rows by id cannot see such an engine.
   virtual std::vector<ServedResult> serve(const std::vector<ServedRequest>& requests);
@@ -191,13 +204,21 @@ class DecodeTarget {
   // acceptance counts. std::logic_error where speculate_unsupported says why not.
   virtual SpeculativeAnswer speculate(const SpeculativeRequest& request);
   // "" when the target decodes with this draft kind and acceptance rule; else why not (a row then leaves
-  // that run out, saying so). The default: unsupported(Op::Speculate), every kind and rule offered.
+  // that run out, saying so). The default: the offer's word on Op::Speculate, every kind and rule offered.
   virtual std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const;
   // Plain decoding with the target's own sampler drawing from its own generator seeded with `seed`: what
   // seeded sample-and-match speculation must equal draw for draw. prompt (1, T0) -> n new ids. The
   // default is generate() with our sampler (the target samples as we do); an engine answers it with its
   // own loop ('speculate' with the draft "none"), its logits undefined where it gives top-N only.
   virtual Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed);
+
+ protected:
+  // The target's offer, asked once (offers()). The default: offers_nothing().
+  virtual Offers make_offers() const;
+
+ private:
+  mutable std::once_flag offered_;
+  mutable Offers offers_;
 };
 
 // Our model through one cache variant: its cache and decode path for reset/prefill/step, and the
@@ -222,7 +243,7 @@ class ModelTarget final : public DecodeTarget, public RowServing {
   const CacheVariant& variant() const { return *variant_; }
 
   // Serving operations through a RowBatch of this variant's caches (one per row).
-  std::string unsupported(Op op) const override;
+  Offers make_offers() const override;
   RowServing* row_serving() override { return this; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
