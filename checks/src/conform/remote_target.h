@@ -108,11 +108,11 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   // Set once the engine could not be talked to: every later request throws it again.
   const std::optional<std::string>& unusable() const { return unusable_; }
 
-
  protected:
   // From its hello: the operations it names (by protocol), rows or whole requests only, max_rows, its
   // deviations.
   Offers make_offers() const override;
+
  private:
   // "" when the hello offers `op`, else why not.
   std::string why_not(Op op) const;

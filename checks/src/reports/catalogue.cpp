@@ -10,16 +10,13 @@
 namespace tinygpt::checks {
 
 namespace {
-// The exact caches and their faults, then the low-precision ones (judged by a KL budget).
-std::vector<const CacheVariant*> every_variant(bool faults) {
-  if (faults) return fault_table();
+
+// The production caches: the exact ones, then the low-precision ones (judged by a KL budget).
+std::vector<const CacheVariant*> production_caches() {
   auto v = cache_registry().all(false);
   for (const auto* b : cache_registry().budgeted(false)) v.push_back(b);
   return v;
 }
-}  // namespace
-
-namespace {
 
 std::string code_list(const std::vector<std::string>& v) {
   std::vector<std::string> c;
@@ -49,7 +46,7 @@ nlohmann::json catalogue_json() {
                       {"tags", tag_names(c.tags)}, {"cost", cost_name(c.cost)}, {"operation", c.ops.names()}});
   for (const auto& c : sampler_checks())
     sampler.push_back({{"name", c.name}, {"states", c.proves}, {"needs_scores", c.is(Tag::NeedsScores)}});
-  for (const auto* v : every_variant(/*faults=*/true)) {
+  for (const auto* v : fault_table()) {
     faults.push_back({{"name", v->name}, {"models", v->description}, {"seam", v->seam}, {"expected", v->expected},
                       {"runs", runs_of(*v)}, {"twins", v->twins}, {"remedy", v->remedy}});
     if (v->applies) faults.back()["feature"] = v->feature;  // a zoo fault: the members it runs on
@@ -63,7 +60,7 @@ nlohmann::json catalogue_json() {
                     {"inside_window", d.inside_window},
                     {"evidence", d.evidence}});
   nlohmann::json caches = nlohmann::json::array();
-  for (const auto* v : every_variant(/*faults=*/false)) caches.push_back({{"name", v->name}, {"what", v->description}});
+  for (const auto* v : production_caches()) caches.push_back({{"name", v->name}, {"what", v->description}});
   return {{"checks", checks}, {"sampler", sampler}, {"faults", faults}, {"deviations", devs}, {"caches", caches}};
 }
 
@@ -80,7 +77,7 @@ std::string catalogue_markdown() {
        "engine must name it for.\n\n| fault | seam | models | must be caught by | its run | engine twins |\n"
        "| --- | --- | --- | --- | --- | --- |\n";
   const std::vector<std::string> default_set = model_checks_with(static_cast<Tags>(Tag::Default));
-  for (const auto* v : every_variant(/*faults=*/true)) {
+  for (const auto* v : fault_table()) {
     const auto runs = runs_of(*v);
     m << "| `" << v->name << "` | " << v->seam << " | " << cell(v->description) << " | " << code_list(v->expected)
       << (v->kv_budget ? " (by mean KL > " + sci(*v->kv_budget) + ")" : std::string())
@@ -114,7 +111,7 @@ std::string catalogue_text() {
     s << "  " << (c.is(Tag::Default) ? "* " : "  ") << c.name << std::string(w + 2 - c.name.size(), ' ') << c.proves << "\n";
   s << "sampler rows: " << sampler_checks().size() << " (sampler/<law>; `tinygpt checks --markdown` lists them)\n";
   s << "faults:\n";
-  for (const auto* v : every_variant(/*faults=*/true))
+  for (const auto* v : fault_table())
     s << "  " << v->name << ": " << v->description << " (must be caught by " << join(v->expected)
       << (v->applies ? " on a zoo member with " + v->feature : std::string()) << ")\n";
   s << "deviations an engine may declare: " << deviation_names() << "\n";

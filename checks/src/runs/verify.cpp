@@ -165,7 +165,7 @@ VerifyPlan plan_verify(const Fixture& fx, const VerifyOptions& o) {
   // The faults stated for this model (the low-precision caches' included, each judged by its cache's
   // budget), from the table or from the caller's list.
   const Config& cfg = fx.model->config();
-  FaultChoice chosen = faults_for(cfg, FaultUse::Matrix, o.faults ? &*o.faults : nullptr);
+  const FaultChoice chosen = faults_for(cfg, FaultUse::Matrix, o.faults ? &*o.faults : nullptr);
   const std::vector<const CacheVariant*>& faults = chosen.faults;
   plan.left_out.insert(plan.left_out.end(), chosen.left_out.begin(), chosen.left_out.end());
   // Each fault's run cut to the selected rows and, without --full-matrix, to the rows that must

@@ -34,13 +34,6 @@ Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenC
   return {seq, keep.stacked()};
 }
 
-Ops Offers::operations() const {
-  Ops out;
-  for (unsigned i = 0; i < kOpCount; ++i)
-    if (missing[i].empty()) out = out.with(static_cast<Op>(i));
-  return out;
-}
-
 Offers offers_nothing() {
   Offers o;
   for (unsigned i = 0; i < kOpCount; ++i) o.missing[i] = std::string("the target does not support ") + op_name(static_cast<Op>(i));

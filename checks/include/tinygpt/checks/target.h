@@ -107,8 +107,6 @@ struct Offers {
   // "" when the target offers `op`, else why not (the rows that need it are then skipped, saying so).
   const std::string& why_not(Op op) const { return missing[static_cast<unsigned>(op)]; }
   bool takes_rows() const { return no_rows.empty(); }
-  // The operations offered.
-  Ops operations() const;
 };
 // The offer of a target with nothing beyond prefill and step: every operation missing ("the target
 // does not support OP"), rows taken, no limit, no deviation.
