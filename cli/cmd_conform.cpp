@@ -144,6 +144,13 @@ Command add_conform(CLI::App& app) {
                   "spec-distribution's draws (0: as many as its stated power needs; fewer lower the power it reports)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--repro", c.repro_dir,
+                  "for each failing row, the shortest request sequence found that still fails the same way, written to\n"
+                  "DIR/ROW/ as a bundle for the engine's maintainers: the model, requests.json (each request with our answer),\n"
+                  "repro.py (Python's standard library and the engine's command: exit 1 while it fails, 0 once fixed) and\n"
+                  "REPORT.md. DIR must be empty or new. Not with --kv-type, --weight-type, --max-kl or --min-top1");
+  cmd->add_option("--repro-budget", c.repro_budget_s, "seconds of shrinking per failing row (it keeps the shortest sequence found)")
+      ->capture_default_str()->check(kPositive);
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");
   o->report.add(cmd, /*bench=*/false);
@@ -170,6 +177,13 @@ Command add_conform(CLI::App& app) {
             }
             std::cout << checks::format_table(rep.rows, "conform");
             if (rep.diagnosis.ran()) std::cout << "diagnosis: " << rep.diagnosis.text << "\n";
+            for (const auto& r : rep.repros) {
+              if (r.ok())
+                std::cout << "repro: " << r.row << (r.sent_by.empty() ? "" : " (the requests of " + r.sent_by + ", whose run it judged)") << ": " << r.requests_before << " requests -> " << r.requests_after << " in " << r.dir
+                          << " (python3 " << r.dir << "/repro.py; read " << r.dir << "/REPORT.md)\n  " << r.failure << "\n";
+              else
+                std::cout << "repro: " << r.row << ": no bundle: " << r.why_not << "\n";
+            }
             if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep), c10::Device(c10::kCPU)));
             if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.conform"));
             if (o->report.any()) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "engine_process.h"
 #include "mirror_target.h"
@@ -142,7 +143,8 @@ struct LoadedEngine::Impl {
   GPT model{nullptr};
   TempDir tmp;
   std::unique_ptr<EngineProcess> proc;
-  json hello;
+  json hello, load_request;
+  std::string file;  // the model in the engine's format
   int protocol = 1;
   std::vector<std::string> operations;
 };
@@ -195,6 +197,8 @@ LoadedEngine::LoadedEngine(const std::string& command, const std::string& checkp
     require_listed(m.hello, "weight_types", "--weight-type", w, w, "weight type");
     request["weight_type"] = w;
   }
+  m.file = file;
+  m.load_request = request;
   json load = m.proc->call(request);
   if (!load["ok"].get<bool>()) throw EngineUnusable("engine: 'load' answered ok false: " + engine_text(load["error"].get<std::string>()));
   // An engine whose differences depend on the model (llama.cpp's GELU is in its gptneox and gemma2
@@ -227,6 +231,8 @@ std::string LoadedEngine::write_model(const Checkpoint& ck, GPT& model, const st
   return file;
 }
 EngineProcess& LoadedEngine::process() { return *impl_->proc; }
+const nlohmann::json& LoadedEngine::load_request() const { return impl_->load_request; }
+const std::string& LoadedEngine::model_file() const { return impl_->file; }
 nlohmann::json LoadedEngine::call(const nlohmann::json& request) { return impl_->proc->call(request); }
 
 namespace {
@@ -312,10 +318,21 @@ struct MirrorLabels {
 // saying so, not one per sampler row; once the engine cannot be talked to, the rest are errors.
 // With a mirror (a low-precision engine beside the same engine at f32), each row's answers are also
 // judged against the mirror's by `kv_bounds`, its statistics and words as `labels` say.
+// A failing row's requests: its own, or where it sent none (it judged the main run an earlier row
+// sent), that row's.
+struct RowRequests {
+  std::string row, sender;
+  Transcript t;
+};
+
+// With `transcripts`, each failing row's requests are kept there.
 void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTarget& target, ConformReport& rep,
               const std::function<void(const std::string&)>& say, MirrorTarget* mirror = nullptr,
-              const Tolerances& kv_bounds = Tolerances{}, const MirrorLabels& labels = MirrorLabels(true, false)) {
+              const Tolerances& kv_bounds = Tolerances{}, const MirrorLabels& labels = MirrorLabels(true, false),
+              std::vector<RowRequests>* transcripts = nullptr) {
   bool said_no_sampler = false;
+  Transcript main_run;  // the first requests a row sent: the main run, which later rows judge too
+  std::string main_sender;
   for (const auto& name : names) {
     const CheckDef& def = find_check(name);
     if (!target.sampler() && def.is(Tag::Sampler)) {
@@ -335,7 +352,10 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
     }
     say(name + " ...");
     const int64_t before = target.requests();
+    Transcript transcript;
+    if (transcripts) target.record(&transcript);
     CheckResult row = run_check(def, ctx);
+    target.record(nullptr);
     row.stats["requests"] = static_cast<double>(target.requests() - before);  // the row's cost on the engine
     if (mirror) {  // a low-precision KV type: this row's answers against the same engine with an f32 cache
       const StepDiffs d = mirror->take();
@@ -363,6 +383,11 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
       if (row.status == Status::Fail) row.status = Status::Error, row.detail = *target.unusable();
     }
     if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
+    if (transcripts && main_sender.empty() && !transcript.exchanges.empty()) main_run = transcript, main_sender = name;
+    if (transcripts && !row.ok() && row.status != Status::Skipped) {
+      if (transcript.exchanges.empty() && !main_sender.empty()) transcripts->push_back({name, main_sender, main_run});
+      else transcripts->push_back({name, name, std::move(transcript)});
+    }
     rep.rows.push_back(row);
   }
 }
@@ -382,6 +407,82 @@ std::function<std::unique_ptr<DecodeTarget>()> second_instances(const ConformOpt
   };
 }
 
+// A fresh engine for a reproduction: the same command started, greeted and loaded again.
+class LoadedReplay final : public ReplayEngine {
+ public:
+  explicit LoadedReplay(std::unique_ptr<LoadedEngine> e) : e_(std::move(e)) {}
+  nlohmann::json call(const nlohmann::json& request) override { return e_->call(request); }
+
+ private:
+  std::unique_ptr<LoadedEngine> e_;
+};
+
+// --repro's folder: created, and refused when it holds anything already (a bundle is never mixed
+// with another run's); its other conditions, before the engine starts.
+void check_repro(const ConformOptions& o) {
+  if (o.repro_dir.empty()) return;
+  if (low_kv(o) || low_weights(o))
+    throw std::invalid_argument("--repro replays answers against our model at full precision: not with --kv-type or --weight-type");
+  if (o.tolerance.by_distribution()) throw std::invalid_argument("--repro judges each answer by max |diff|: not with --max-kl or --min-top1");
+  if (!(o.repro_budget_s > 0)) throw std::invalid_argument("--repro-budget must be > 0 seconds");
+  std::error_code ec;
+  const std::filesystem::path dir(o.repro_dir);
+  if (std::filesystem::exists(dir, ec)) {
+    if (!std::filesystem::is_directory(dir, ec)) throw std::invalid_argument("--repro " + o.repro_dir + ": not a folder");
+    if (!std::filesystem::is_empty(dir, ec)) throw std::invalid_argument("--repro " + o.repro_dir + ": the folder is not empty");
+  }
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::invalid_argument("--repro " + o.repro_dir + ": cannot create the folder (" + ec.message() + ")");
+}
+
+// Each failing row's transcript shrunk and written as a bundle (repro.h), judged at the rows' bound.
+std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vector<RowRequests>& transcripts,
+                                        LoadedEngine& engine, const ConformReport& rep, const EquivalenceOptions& eo,
+                                        const std::function<void(const std::string&)>& say) {
+  ReproSetup s;
+  s.engine = o.engine;
+  s.protocol = engine.protocol();
+  s.hello = engine.hello();
+  s.load = engine.load_request();
+  s.model_file = engine.model_file();
+  s.budget_s = o.repro_budget_s;
+  s.out_dir = o.repro_dir;
+  s.bound = eo.tolerance.logits;
+  s.bound_why = eo.tolerance.why.empty() ? "the default bound: float32 noise between two correct implementations" : eo.tolerance.why;
+  std::string by_kl;
+  for (const std::string& name : rep.deviations)
+    if (const Deviation* d = find_deviation(name)) {
+      if (d->max_kl) by_kl = name;
+      else if (d->tolerance && *d->tolerance > s.bound) s.bound = *d->tolerance, s.bound_why = "the bound of the declared deviation " + name;
+    }
+  s.export_command = "tinygpt export --format " + engine.format() + " model." + engine.format() +
+                     (o.checkpoint.empty() ? std::string() : " --checkpoint " + o.checkpoint);
+  const EnginePrecision precision{o.kv_type, o.weight_type};
+  const ReplayEngineFactory fresh = [&o, precision] {
+    return std::unique_ptr<ReplayEngine>(std::make_unique<LoadedReplay>(
+        std::make_unique<LoadedEngine>(o.engine, o.checkpoint, o.timeout_s, nullptr, precision)));
+  };
+  std::vector<ReproResult> out;
+  std::map<std::string, ReproResult> by_sender;  // a bundle per sender: rows judging one run share it
+  for (const RowRequests& r : transcripts) {
+    ReproResult res;
+    if (!by_kl.empty()) {
+      res.row = r.row;
+      res.why_not = "the engine declares " + by_kl + ", judged by mean KL: a bundle judges each answer by max |diff|";
+    } else if (const auto it = by_sender.find(r.sender); it != by_sender.end()) {
+      res = it->second;
+    } else {
+      s.row = r.sender;
+      res = by_sender[r.sender] = reproduce(r.t, s, engine.model(), fresh, say);
+      if (!res.ok()) say(r.sender + ": no reproduction: " + res.why_not);
+    }
+    res.row = r.row;
+    if (r.sender != r.row) res.sent_by = r.sender;
+    out.push_back(res);
+  }
+  return out;
+}
+
 }  // namespace
 
 ConformReport run_conform(const ConformOptions& o) {
@@ -391,6 +492,7 @@ ConformReport run_conform(const ConformOptions& o) {
   ConformReport rep;
   rep.command = o.engine;
   const std::vector<std::string> names = conform_selection(o.groups, o.deep);
+  check_repro(o);
   at::NoGradGuard no_grad;
   const EnginePrecision precision{o.kv_type, o.weight_type};
   LoadedEngine engine(o.engine, o.checkpoint, o.timeout_s, o.progress, precision);
@@ -462,8 +564,10 @@ ConformReport run_conform(const ConformOptions& o) {
   Tolerances kv_bounds;  // the precision's budget, judged like any bound (judge.h)
   kv_bounds.max_kl = precision_budget(o).value_or(o.kv_budget);
   kv_bounds.min_top1 = o.kv_min_top1;
-  run_rows(names, ctx, target, rep, say, mirror.get(), kv_bounds, labels);
+  std::vector<RowRequests> transcripts;
+  run_rows(names, ctx, target, rep, say, mirror.get(), kv_bounds, labels, o.repro_dir.empty() ? nullptr : &transcripts);
   rep.model.checks = rep.rows;
+  if (!transcripts.empty()) rep.repros = reproduce_rows(o, transcripts, engine, rep, eo, say);
   if (!rep.fatal && (!o.kv_type.empty() || !o.kv_compare.empty())) {
     try {
       // The f32-cache baseline at the same weights (the one already running holds f32 weights too

@@ -54,6 +54,16 @@ json RemoteTarget::ok(const json& req) {
     unusable_ = e.what();
     throw;
   }
+  if (transcript_) {  // the answer less its logits: what later requests name
+    if (transcript_->exchanges.size() < kTranscriptLimit) {
+      json kept = json::object();
+      for (const char* k : {"ok", "error", "rows", "row", "state", "reused"})
+        if (a.contains(k)) kept[k] = a[k];
+      transcript_->exchanges.push_back({req, std::move(kept)});
+    } else {
+      transcript_->overflowed = true;
+    }
+  }
   if (!a["ok"].get<bool>())
     throw WrongAnswer("'" + req["op"].get<std::string>() + "' answered ok false: " + engine_text(a["error"].get<std::string>()));
   return a;

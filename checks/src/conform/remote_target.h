@@ -18,6 +18,7 @@
 
 #include "engine_process.h"
 #include "tinygpt/checks/check_suite.h"
+#include "tinygpt/checks/repro.h"
 #include "tinygpt/checks/target.h"
 
 namespace tinygpt::checks {
@@ -105,6 +106,9 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   // Keeps what the engine's process belongs to alive as long as this target (a spawned instance's).
   void own(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
 
+  // Every request from now on, with what of its answer later requests name, kept in `t` (nullptr: none).
+  void record(Transcript* t) { transcript_ = t; }
+
   // Set once the engine could not be talked to: every later request throws it again.
   const std::optional<std::string>& unusable() const { return unusable_; }
 
@@ -125,6 +129,7 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   at::Tensor pick_rows(const at::Tensor& logits, const at::Tensor& history, const std::vector<RowSampling>& rows, int64_t n);
 
   EngineProcess& p_;
+  Transcript* transcript_ = nullptr;
   std::shared_ptr<void> owner_;
   Spawn spawn_;
   std::string name_;

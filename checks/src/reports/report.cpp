@@ -148,6 +148,15 @@ nlohmann::json to_json(const ConformReport& r) {
   if (r.diagnosis.ran())
     doc["diagnosis"] = to_json(r.diagnosis);
   if (!r.kv.empty()) doc["kv_cost"] = kv_json(r.kv);
+  if (!r.repros.empty()) {
+    nlohmann::json repros = nlohmann::json::array();
+    for (const ReproResult& x : r.repros)
+      repros.push_back({{"row", x.row}, {"sent_by", x.sent_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.sent_by)}, {"dir", x.dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.dir)},
+                        {"why_not", x.why_not.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.why_not)},
+                        {"requests_before", x.requests_before}, {"requests_after", x.requests_after},
+                        {"candidates", x.candidates}, {"seconds", x.seconds}, {"failure", x.failure}});
+    doc["repros"] = repros;
+  }
   return doc;
 }
 

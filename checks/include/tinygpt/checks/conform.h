@@ -17,6 +17,7 @@
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/diagnose.h"
 #include "tinygpt/checks/kv_cost.h"
+#include "tinygpt/checks/repro.h"
 #include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
@@ -76,6 +77,11 @@ struct ConformOptions {
   std::string weight_type;
   // The user's decision (docs/checks.md, "Quantized weights"); unset: default_weight_budget(weight_type).
   std::optional<double> weight_budget;
+  // Each failing row's requests shrunk to a short sequence that still fails the same way, written as a
+  // bundle (repro.h) into repro_dir/ROW/; empty: none. Shrinking a row stops after repro_budget_s seconds.
+  // Not with a low-precision cache or weights, or bounds of the distribution (a bundle judges max |diff|).
+  std::string repro_dir;
+  double repro_budget_s = 120;
   std::function<void(const std::string&)> progress;
   // weight_budget, or the type's default.
   double weights_budget() const { return weight_budget.value_or(default_weight_budget(weight_type)); }
@@ -104,6 +110,7 @@ struct ConformReport {
   Diagnosis diagnosis;                  // with ConformOptions::diagnose and failing model rows
   std::vector<KvCost> kv;               // with ConformOptions::kv_type or kv_compare (and weight_type): each type's cost
   bool past_window = true;              // false: kept inside the window (--no-past-window, or declared no-window)
+  std::vector<ReproResult> repros;      // with ConformOptions::repro_dir: one per failing row
   bool passed() const { return !fatal && all_ok(rows); }
 };
 
@@ -150,6 +157,8 @@ class LoadedEngine {
   // One request and its answer (ok or not); throws EngineUnusable when the engine cannot answer.
   nlohmann::json call(const nlohmann::json& request);
   EngineProcess& process();
+  const nlohmann::json& load_request() const;  // the load request as sent
+  const std::string& model_file() const;       // the model as the engine loaded it (removed with this object)
 
  private:
   struct Impl;

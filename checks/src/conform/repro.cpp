@@ -1,0 +1,816 @@
+#include "tinygpt/checks/repro.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "engine_process.h"
+#include "remote_target.h"
+#include "tinygpt/checks/cache_registry.h"
+#include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/golden.h"
+#include "tinygpt/checks/target.h"
+#include "tinygpt/results/result.h"
+
+namespace tinygpt::checks {
+
+namespace {
+
+using nlohmann::json;
+using results::sci;
+namespace fs = std::filesystem;
+
+// One request of a replayable sequence, its rows named by handles ("@0", "@1", ...: the k-th row an
+// answer made) and its saved states by handles ("@s0", ...) instead of the engine's ids.
+struct Call {
+  json request;
+  std::vector<std::string> creates;  // the rows its answer names, in order (prefill's, fork's, restore's)
+  std::vector<std::string> covers;   // a step without "rows": the live rows it steps, in order
+  std::string saves;                 // save: its state's handle
+  std::string op() const { return request.value("op", std::string()); }
+  // The rows a step steps, in the order of its ids.
+  std::vector<std::string> stepped() const {
+    if (!request.contains("rows")) return covers;
+    std::vector<std::string> r;
+    for (const json& h : request["rows"]) r.push_back(h.get<std::string>());
+    return r;
+  }
+};
+using Calls = std::vector<Call>;
+
+const std::set<std::string>& replayable() {
+  static const std::set<std::string> ops = {"reset", "prefill", "step", "extend", "fork", "truncate",
+                                            "release", "save", "restore", "shift", "threads"};
+  return ops;
+}
+
+std::string handle(int k) { return "@" + std::to_string(k); }
+
+// The transcript as calls on handles. std::runtime_error when it holds a request no reproduction replays.
+Calls calls_of(const Transcript& t, int protocol) {
+  Calls out;
+  std::map<int64_t, std::string> row_handle;  // the engine's id -> the latest row it named
+  std::map<std::string, std::string> state_handle;
+  std::vector<std::string> live;
+  int rows = 0, states = 0;
+  auto name = [&](const json& id) {
+    const auto it = id.is_number_integer() ? row_handle.find(id.get<int64_t>()) : row_handle.end();
+    if (it == row_handle.end()) throw std::runtime_error("a request names row " + engine_json(id) + ", which no answer made");
+    return it->second;
+  };
+  auto made = [&](Call& c, const json& id) {
+    const std::string h = handle(rows++);
+    c.creates.push_back(h);
+    live.push_back(h);
+    if (id.is_number_integer()) row_handle[id.get<int64_t>()] = h;
+  };
+  for (const Exchange& e : t.exchanges) {
+    Call c;
+    c.request = e.request;
+    const std::string op = c.op();
+    if (!replayable().count(op)) throw std::runtime_error("it sends '" + op + "', which a reproduction does not replay");
+    const json& a = e.answer;
+    if (op == "reset") {
+      live.clear();
+      row_handle.clear();
+    } else if (op == "prefill") {
+      if (protocol < 2) live.clear(), row_handle.clear();
+      const json rows_answered = a.contains("rows") && a["rows"].is_array() ? a["rows"] : json::array();
+      for (size_t i = 0; i < c.request["ids"].size(); ++i) made(c, i < rows_answered.size() ? rows_answered[i] : json());
+    } else if (op == "step") {
+      if (c.request.contains("rows")) {
+        json named = json::array();
+        for (const json& id : c.request["rows"]) named.push_back(name(id));
+        c.request["rows"] = named;
+      } else {
+        c.covers = live;
+      }
+    } else if (op == "restore") {
+      const auto it = state_handle.find(c.request.value("state", std::string()));
+      if (it == state_handle.end()) throw std::runtime_error("it restores a state saved in another process");
+      c.request["state"] = it->second;
+      made(c, a.value("row", json()));
+    } else if (op != "threads") {  // extend, fork, truncate, release, save, shift: one row
+      c.request["row"] = name(c.request.value("row", json()));
+      if (op == "fork") made(c, a.value("row", json()));
+      if (op == "release") live.erase(std::remove(live.begin(), live.end(), c.request["row"].get<std::string>()), live.end());
+      if (op == "save") {
+        c.saves = "@s" + std::to_string(states++);
+        if (a.contains("state") && a["state"].is_string()) state_handle[a["state"].get<std::string>()] = c.saves;
+      }
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// The handles numbered again in the order the calls make them (@0, @1, ...; states @s0, ...): what
+// shrinking left of the row's numbering reads as gaps.
+Calls renumbered(const Calls& calls) {
+  std::map<std::string, std::string> to;
+  int rows = 0, states = 0;
+  for (const Call& c : calls) {
+    for (const auto& h : c.creates) to[h] = handle(rows++);
+    if (!c.saves.empty()) to[c.saves] = "@s" + std::to_string(states++);
+  }
+  auto re = [&](const std::string& h) {
+    const auto it = to.find(h);
+    return it == to.end() ? h : it->second;
+  };
+  Calls out = calls;
+  for (Call& c : out) {
+    for (auto& h : c.creates) h = re(h);
+    for (auto& h : c.covers) h = re(h);
+    if (!c.saves.empty()) c.saves = re(c.saves);
+    for (const char* k : {"row", "state"})
+      if (c.request.contains(k) && c.request[k].is_string()) c.request[k] = re(c.request[k].get<std::string>());
+    if (c.request.contains("rows"))
+      for (json& h : c.request["rows"]) h = re(h.get<std::string>());
+  }
+  return out;
+}
+
+std::vector<std::vector<int64_t>> id_lists(const json& j) {
+  std::vector<std::vector<int64_t>> out;
+  for (const json& r : j) out.push_back(r.get<std::vector<int64_t>>());
+  return out;
+}
+
+// Our model's answers: a ModelTarget of the series' cache, driven by the same calls.
+class Oracle {
+ public:
+  Oracle(GPT model, int protocol) : model_(model), target_(model, cache_registry().get(kSeriesCache)), protocol_(protocol) {}
+
+  // Our model's answer to `c`: the logits (R, V) of a prefill, step or extend, undefined otherwise.
+  // Throws when the request is not one our model takes (a candidate that dropped what it needs).
+  at::Tensor answer(const Call& c) {
+    const std::string op = c.op();
+    const json& q = c.request;
+    const int64_t V = model_->config().vocab_size, ctx = model_->config().context;
+    auto ids_ok = [&](const std::vector<int64_t>& ids) {
+      for (int64_t id : ids)
+        if (id < 0 || id >= V) throw std::invalid_argument("an id outside the vocabulary");
+    };
+    if (op == "reset") {
+      target_.reset();
+      ids_.clear(), live_.clear();
+      return {};
+    }
+    if (op == "threads") return {};
+    if (op == "prefill") {
+      const auto prompts = id_lists(q.at("ids"));
+      if (prompts.empty()) throw std::invalid_argument("a prefill of no rows");
+      for (const auto& p : prompts) {
+        if (p.empty() || static_cast<int64_t>(p.size()) > ctx) throw std::invalid_argument("a prompt of 0 or more than context tokens");
+        if (protocol_ < 2 && p.size() != prompts[0].size()) throw std::invalid_argument("protocol 1 rows of unequal lengths");
+        ids_ok(p);
+      }
+      if (protocol_ < 2) target_.reset(), ids_.clear(), live_.clear();
+      at::Tensor logits;
+      const std::vector<int64_t> rows = target_.add_rows(prompts, logits);
+      for (size_t i = 0; i < rows.size(); ++i) ids_[c.creates.at(i)] = rows[i], live_.push_back(c.creates[i]);
+      return logits;  // (R, V)
+    }
+    if (op == "step") {
+      const std::vector<std::string> hs = c.stepped();
+      const auto ids = id_lists(q.at("ids"));
+      if (hs.empty() || ids.size() != hs.size()) throw std::invalid_argument("a step whose ids are not one per row");
+      std::vector<int64_t> rows, flat;
+      for (size_t i = 0; i < hs.size(); ++i) {
+        if (ids[i].size() != 1) throw std::invalid_argument("a step of more than one id per row");
+        ids_ok(ids[i]);
+        rows.push_back(id(hs[i])), flat.push_back(ids[i][0]);
+      }
+      return target_.step_rows(rows, flat);  // (R, V)
+    }
+    if (op == "restore") {
+      const auto it = states_.find(q.at("state").get<std::string>());
+      if (it == states_.end()) throw std::invalid_argument("a restore of a state never saved");
+      ids_[c.creates.at(0)] = target_.restore_row(it->second);
+      live_.push_back(c.creates[0]);
+      return {};
+    }
+    const int64_t row = id(q.at("row").get<std::string>());
+    if (op == "extend") {
+      const std::vector<int64_t> ids = q.at("ids").get<std::vector<int64_t>>();
+      if (ids.empty()) throw std::invalid_argument("an extend of no ids");
+      ids_ok(ids);
+      return target_.extend_row(row, ids).unsqueeze(0);  // (1, V)
+    }
+    if (op == "fork") {
+      ids_[c.creates.at(0)] = target_.fork_row(row);
+      live_.push_back(c.creates[0]);
+    } else if (op == "truncate") {
+      target_.truncate_row(row, q.at("n").get<int64_t>());
+    } else if (op == "release") {
+      target_.release_row(row);
+      live_.erase(std::remove(live_.begin(), live_.end(), q["row"].get<std::string>()), live_.end());
+      ids_.erase(q["row"].get<std::string>());
+    } else if (op == "save") {
+      states_[c.saves] = target_.save_row(row);
+    } else if (op == "shift") {
+      target_.shift_row(row, q.at("keep").get<int64_t>(), q.at("discard").get<int64_t>());
+    } else {
+      throw std::invalid_argument("an operation a reproduction does not replay: " + op);
+    }
+    return {};
+  }
+
+ private:
+  int64_t id(const std::string& h) const {
+    const auto it = ids_.find(h);
+    if (it == ids_.end()) throw std::invalid_argument("a request naming row " + h + ", which is not live");
+    return it->second;
+  }
+  GPT model_;
+  ModelTarget target_;
+  int protocol_;
+  std::map<std::string, int64_t> ids_;
+  std::map<std::string, std::string> states_;
+  std::vector<std::string> live_;
+};
+
+// The first wrong answer of a replay, or none.
+struct Wrong {
+  size_t index = 0;
+  std::string op, kind;  // kind: "differs" (logits off by more than the bound), "refused", "malformed", "stopped"
+  double diff = 0;       // differs: the largest |engine - ours|
+  int64_t row = 0, id = 0;
+  double got = 0, want = 0;
+  std::string text;  // refused: the engine's error; malformed, stopped: what was wrong
+  bool same_as(const Wrong& o) const { return op == o.op && kind == o.kind; }
+};
+
+struct Replay {
+  bool valid = true;  // our model answered every request
+  std::optional<Wrong> wrong;
+  std::vector<at::Tensor> expected;  // our answer per call (undefined: no logits)
+};
+
+// Our model's answers to `calls` (invalid when it refuses one), then the engine's, up to its first
+// wrong one. The engine is reset first. EngineUnusable from the engine comes back as a "stopped" wrong
+// answer; the caller starts another engine.
+Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine, double bound) {
+  Replay r;
+  {
+    at::NoGradGuard no_grad;
+    Oracle oracle(model, protocol);
+    try {
+      for (const Call& c : calls) r.expected.push_back(oracle.answer(c));
+    } catch (const std::exception&) {
+      r.valid = false;
+      return r;
+    }
+  }
+  std::map<std::string, json> rows, states;
+  const int64_t V = model->config().vocab_size;
+  auto wrong = [&](size_t i, const std::string& kind, const std::string& text) {
+    Wrong w;
+    w.index = i, w.op = calls[i].op(), w.kind = kind, w.text = text;
+    r.wrong = w;
+  };
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const Call& c = calls[i];
+    json q = c.request;
+    try {
+      if (q.contains("row") && q["row"].is_string()) q["row"] = rows.at(q["row"].get<std::string>());
+      if (q.contains("rows"))
+        for (json& h : q["rows"]) h = rows.at(h.get<std::string>());
+      if (c.op() == "restore") q["state"] = states.at(q["state"].get<std::string>());
+    } catch (const std::out_of_range&) {  // a row or state the engine's earlier answers never gave
+      wrong(i, "malformed", "an earlier answer gave no id for a row or state this request names");
+      return r;
+    }
+    json a;
+    try {
+      a = engine.call(q);
+    } catch (const EngineUnusable& e) {
+      wrong(i, "stopped", e.what());
+      return r;
+    }
+    if (!a.value("ok", false)) {
+      wrong(i, "refused", a.contains("error") && a["error"].is_string() ? engine_text(a["error"].get<std::string>()) : "");
+      return r;
+    }
+    try {
+      if (r.expected[i].defined()) {
+        const at::Tensor got = answer_logits(a, r.expected[i].size(0), V, c.op());  // (R, V)
+        const at::Tensor d = (got - r.expected[i]).abs();
+        const double worst = d.max().item<double>();
+        if (!(worst <= bound)) {
+          const int64_t at_flat = d.flatten().argmax().item<int64_t>();
+          Wrong w;
+          w.index = i, w.op = c.op(), w.kind = "differs", w.diff = worst, w.row = at_flat / V, w.id = at_flat % V;
+          w.got = got[w.row][w.id].item<double>(), w.want = r.expected[i][w.row][w.id].item<double>();
+          r.wrong = w;
+          return r;
+        }
+      }
+      if (c.op() == "prefill" && protocol >= 2) {
+        const std::vector<int64_t> made = answer_rows(a, c.creates.size());
+        for (size_t k = 0; k < made.size(); ++k) rows[c.creates[k]] = made[k];
+      }
+      if (c.op() == "fork" || c.op() == "restore") rows[c.creates.at(0)] = answer_row(a, c.op());
+      if (c.op() == "save") states[c.saves] = answer_state(a);
+    } catch (const WrongAnswer& e) {
+      wrong(i, "malformed", e.what());
+      return r;
+    }
+  }
+  return r;
+}
+
+// What each call does, in words and positions: "step row @0 (id 17) at position 256".
+std::vector<std::string> describe(const Calls& calls, int protocol) {
+  std::vector<std::string> out;
+  std::map<std::string, int64_t> pos;
+  std::map<std::string, int64_t> saved;
+  auto count = [](size_t n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); };
+  for (const Call& c : calls) {
+    const std::string op = c.op();
+    const json& q = c.request;
+    std::ostringstream s;
+    if (op == "reset") {
+      pos.clear();
+      s << "reset";
+    } else if (op == "threads") {
+      s << "threads " << q.value("n", 0);
+    } else if (op == "prefill") {
+      if (protocol < 2) pos.clear();
+      s << "prefill " << count(q["ids"].size(), "row") << ":";
+      for (size_t i = 0; i < q["ids"].size(); ++i) {
+        const int64_t n = static_cast<int64_t>(q["ids"][i].size());
+        pos[c.creates[i]] = n;
+        s << (i ? "," : "") << " " << c.creates[i] << " " << count(static_cast<size_t>(n), "token") << " (positions 0-" << n - 1 << ")";
+      }
+    } else if (op == "step") {
+      const auto hs = c.stepped();
+      s << "step";
+      for (size_t i = 0; i < hs.size(); ++i)
+        s << (i ? "," : "") << " row " << hs[i] << " id " << q["ids"][i][0].get<int64_t>() << " at position " << pos[hs[i]]++;
+    } else if (op == "restore") {
+      pos[c.creates[0]] = saved[q["state"].get<std::string>()];
+      s << "restore " << q["state"].get<std::string>() << " as row " << c.creates[0] << " (" << pos[c.creates[0]] << " tokens)";
+    } else {
+      const std::string row = q["row"].get<std::string>();
+      if (op == "extend") {
+        const int64_t n = static_cast<int64_t>(q["ids"].size());
+        s << "extend row " << row << " by " << count(static_cast<size_t>(n), "token") << " (positions " << pos[row] << "-" << pos[row] + n - 1 << ")";
+        pos[row] += n;
+      } else if (op == "fork") {
+        pos[c.creates[0]] = pos[row];
+        s << "fork row " << row << " (" << pos[row] << " tokens) as row " << c.creates[0];
+      } else if (op == "truncate") {
+        pos[row] -= q["n"].get<int64_t>();
+        s << "truncate row " << row << " by " << q["n"].get<int64_t>() << " (to " << pos[row] << " tokens)";
+      } else if (op == "release") {
+        s << "release row " << row;
+      } else if (op == "save") {
+        saved[c.saves] = pos[row];
+        s << "save row " << row << " (" << pos[row] << " tokens) as " << c.saves;
+      } else if (op == "shift") {
+        const int64_t keep = q["keep"].get<int64_t>(), discard = q["discard"].get<int64_t>();
+        s << "shift row " << row << ": keep " << keep << ", discard " << discard << " (from " << pos[row] << " to " << pos[row] - discard << " tokens)";
+        pos[row] -= discard;
+      }
+    }
+    out.push_back(s.str());
+  }
+  return out;
+}
+
+std::string wrong_line(const Wrong& w, const std::vector<std::string>& says, double bound) {
+  const std::string where = "request " + std::to_string(w.index + 1) + " (" + says.at(w.index) + ")";
+  char b[200];
+  if (w.kind == "differs") {
+    std::snprintf(b, sizeof b, "logit %lld of answer row %lld is %.6g where the reference has %.6g: |diff| %s > %s",
+                  static_cast<long long>(w.id), static_cast<long long>(w.row), w.got, w.want, sci(w.diff).c_str(), sci(bound).c_str());
+    return "the answer to " + where + " is wrong: " + b;
+  }
+  if (w.kind == "refused") return where + " was refused (\"" + w.text + "\"), where the reference takes it";
+  if (w.kind == "stopped") return "the engine stopped answering at " + where + " (" + w.text + ")";
+  return "the answer to " + where + " is malformed: " + w.text;
+}
+
+// Delta debugging over calls, each candidate judged by replay(); keeps the shortest failing sequence.
+class Shrinker {
+ public:
+  Shrinker(GPT& model, const ReproSetup& s, const ReplayEngineFactory& fresh, const std::function<void(const std::string&)>& say)
+      : model_(model), s_(s), fresh_(fresh), say_(say), start_(std::chrono::steady_clock::now()) {}
+
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  bool out_of_time() const { return elapsed() > s_.budget_s; }
+  int64_t candidates() const { return candidates_; }
+
+  // Every candidate on an engine of its own from now on: for an engine whose reset leaves something
+  // behind, so that what one candidate left does not decide the next.
+  void fresh_each(const Calls& from) {
+    fresh_each_ = true;
+    best_ = from;
+  }
+
+  // One replay on the shared engine (a fresh one after one stopped, or for each with fresh_each).
+  Replay run(const Calls& c) {
+    if (!engine_ || fresh_each_) engine_ = fresh_();
+    Replay r = replay(c, model_, s_.protocol, *engine_, s_.bound);
+    if (r.wrong && r.wrong->kind == "stopped") engine_.reset();
+    return r;
+  }
+
+  // The first replay: the failure to keep, and the calls up to it.
+  std::optional<Wrong> start(const Calls& all) {
+    Replay r = run(all);
+    if (!r.valid || !r.wrong) return std::nullopt;
+    target_ = *r.wrong;
+    best_.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(r.wrong->index + 1));
+    return target_;
+  }
+
+  const Calls& best() const { return best_; }
+  const Wrong& target() const { return target_; }
+
+  // Keeps `c` (cut after its first wrong answer) when it fails as the target did.
+  bool keeps(const Calls& c) {
+    if (c.size() >= best_.size() && !(c.size() == best_.size() && tokens(c) < tokens(best_))) return false;
+    ++candidates_;
+    Replay r = run(c);
+    if (!r.valid) {
+      --candidates_;  // our model refused it: no engine request was sent
+      return false;
+    }
+    if (!r.wrong || !r.wrong->same_as(target_)) return false;
+    best_.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(r.wrong->index + 1));
+    last_ = *r.wrong;
+    if (elapsed() - said_ > 5) {
+      said_ = elapsed();
+      say_(s_.row + ": " + std::to_string(best_.size()) + " requests still fail (" + std::to_string(candidates_) + " tried, " +
+           std::to_string(static_cast<int>(elapsed())) + " s)");
+    }
+    return true;
+  }
+
+  void shrink() {
+    for (bool progress = true; progress && !out_of_time();) {
+      const size_t before = best_.size();
+      const int64_t toks = tokens(best_);
+      // The cheapest wins first: whole rows (every later request gets cheaper), then the few requests
+      // that are not steps (a save or fork between a prefill and its steps keeps them from folding).
+      drop_rows();
+      drop_non_steps();
+      fold_steps();
+      drop_chunks();
+      shorten_prompts();
+      progress = best_.size() < before || tokens(best_) < toks;
+    }
+  }
+
+ private:
+  static int64_t tokens(const Calls& c) {
+    int64_t n = 0;
+    for (const Call& x : c)
+      if (x.op() == "prefill")
+        for (const json& p : x.request["ids"]) n += static_cast<int64_t>(p.size());
+    return n;
+  }
+
+  // A prefill followed by steps of exactly its rows: the steps' ids appended to the prompts instead
+  // (as many as the window holds, then half as many, ...).
+  void fold_steps() {
+    const int64_t ctx = model_->config().context;
+    for (size_t i = 1; i < best_.size() && !out_of_time(); ++i) {
+      if (best_[i].op() != "prefill") continue;
+      const Call& p = best_[i];
+      int64_t longest = 0;
+      for (const json& r : p.request["ids"]) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.size()));
+      size_t j = i + 1;
+      while (j + 1 < best_.size() && best_[j].op() == "step" && best_[j].stepped() == p.creates &&
+             longest + static_cast<int64_t>(j - i) <= ctx)
+        ++j;
+      for (size_t n = j - i - 1; n >= 1; n /= 2) {  // fold the n steps after the prefill (never the failing request)
+        Calls c = best_;
+        for (size_t k = 1; k <= n; ++k)
+          for (size_t r = 0; r < c[i].creates.size(); ++r) c[i].request["ids"][r].push_back(best_[i + k].request["ids"][r][0]);
+        c.erase(c.begin() + static_cast<std::ptrdiff_t>(i + 1), c.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
+        if (keeps(c) || out_of_time()) break;
+      }
+    }
+  }
+
+  // Each request other than a step dropped on its own (never the first reset or the failing request).
+  void drop_non_steps() {
+    for (size_t i = best_.size() - 1; i-- > 1 && !out_of_time();) {
+      if (i >= best_.size() - 1 || best_[i].op() == "step") continue;
+      Calls c = best_;
+      c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
+      keeps(c);
+    }
+  }
+
+  // Contiguous runs of requests dropped (never the first reset or the failing request), halving the run.
+  void drop_chunks() {
+    size_t chunk = std::max<size_t>(1, (best_.size() - 1) / 2);
+    while (!out_of_time()) {
+      bool dropped = false;
+      for (size_t a = 1; a + 1 < best_.size() && !out_of_time();) {
+        const size_t b = std::min(a + chunk, best_.size() - 1);
+        Calls c = best_;
+        c.erase(c.begin() + static_cast<std::ptrdiff_t>(a), c.begin() + static_cast<std::ptrdiff_t>(b));
+        if (keeps(c)) dropped = true;
+        else a = b;
+      }
+      if (!dropped) {
+        if (chunk == 1) break;
+        chunk /= 2;
+      }
+    }
+  }
+
+  // A row dropped with everything made from it: its prompt, its ids in steps, the requests naming it,
+  // its forks and the rows restored from its states.
+  void drop_rows() {
+    std::vector<std::string> made;
+    for (const Call& c : best_)
+      for (const auto& h : c.creates) made.push_back(h);
+    for (const std::string& h : made) {
+      if (out_of_time()) return;
+      std::set<std::string> gone = {h}, states;
+      Calls c;
+      bool whole = true;  // the row is still in best_
+      for (const Call& x : best_) {
+        Call y = x;
+        const std::string op = x.op();
+        const bool names_gone = x.request.contains("row") && x.request["row"].is_string() && gone.count(x.request["row"].get<std::string>());
+        if (op == "fork" && names_gone) {
+          gone.insert(x.creates[0]);
+          continue;
+        }
+        if (op == "save" && names_gone) {
+          states.insert(x.saves);
+          continue;
+        }
+        if (op == "restore" && states.count(x.request["state"].get<std::string>())) {
+          gone.insert(x.creates[0]);
+          continue;
+        }
+        if (names_gone) continue;
+        if (op == "prefill") {
+          json ids = json::array();
+          std::vector<std::string> kept;
+          for (size_t r = 0; r < x.creates.size(); ++r)
+            if (!gone.count(x.creates[r])) ids.push_back(x.request["ids"][r]), kept.push_back(x.creates[r]);
+          if (kept.empty()) continue;
+          y.request["ids"] = ids, y.creates = kept;
+        }
+        if (op == "step") {
+          const auto hs = x.stepped();
+          json ids = json::array(), rows = json::array();
+          std::vector<std::string> covers;
+          for (size_t r = 0; r < hs.size(); ++r)
+            if (!gone.count(hs[r])) ids.push_back(x.request["ids"][r]), rows.push_back(hs[r]), covers.push_back(hs[r]);
+          if (ids.empty()) {
+            if (&x == &best_.back()) whole = false;  // the failing step was the row's alone
+            continue;
+          }
+          y.request["ids"] = ids;
+          if (x.request.contains("rows")) y.request["rows"] = rows;
+          else y.covers = covers;
+        }
+        c.push_back(std::move(y));
+      }
+      if (whole && c.size() > 1) keeps(c);
+    }
+  }
+
+  // Each prompt's first half dropped, while the failure stays (protocol 1: every row's alike).
+  void shorten_prompts() {
+    for (size_t i = 1; i < best_.size() && !out_of_time(); ++i) {
+      if (best_[i].op() != "prefill") continue;
+      const size_t rows = best_[i].request["ids"].size();
+      for (size_t r = 0; r < rows && !out_of_time(); ++r) {
+        while (!out_of_time()) {
+          Calls c = best_;
+          bool any = false;
+          for (size_t k = 0; k < rows; ++k) {
+            if (s_.protocol >= 2 && k != r) continue;
+            json& p = c[i].request["ids"][k];
+            if (p.size() < 2) continue;
+            const size_t drop = p.size() / 2;
+            p.erase(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(drop));
+            any = true;
+          }
+          if (!any || !keeps(c)) break;
+        }
+        if (s_.protocol < 2) break;
+      }
+    }
+  }
+
+  GPT& model_;
+  const ReproSetup& s_;
+  const ReplayEngineFactory& fresh_;
+  std::function<void(const std::string&)> say_;
+  std::chrono::steady_clock::time_point start_;
+  std::unique_ptr<ReplayEngine> engine_;
+  Calls best_;
+  Wrong target_, last_;
+  int64_t candidates_ = 0;
+  double said_ = 0;
+  bool fresh_each_ = false;
+};
+
+json tensor_rows(const at::Tensor& t) {  // (R, V) float -> [[...], ...]
+  const at::Tensor c = t.to(at::kCPU).to(at::kFloat).contiguous();
+  json out = json::array();
+  for (int64_t r = 0; r < c.size(0); ++r) out.push_back(std::vector<float>(c[r].data_ptr<float>(), c[r].data_ptr<float>() + c.size(1)));
+  return out;
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%d", std::gmtime(&now));
+  return b;
+}
+
+std::string safe_name(const std::string& row) {
+  std::string s;
+  for (char ch : row) s += std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.' ? ch : '_';
+  return s;
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream f(p, std::ios::binary);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + p.string());
+}
+
+std::string report_md(const ReproSetup& s, const Calls& calls, const std::vector<std::string>& says, const Wrong& w, const ReproResult& res,
+                      const std::string& model_name) {
+  const std::string engine = engine_text(s.hello.value("name", std::string("(unnamed)")), 120);
+  std::ostringstream m;
+  m << "# " << engine << ": `" << s.row << "` fails in " << calls.size() << " requests\n\n";
+  m << "Sent the " << calls.size() << " requests below (after `hello` and `load` of `" << model_name << "`, this folder's model in the "
+    << "engine's `" << s.load.value("format", std::string()) << "` format), " << wrong_line(w, says, s.bound)
+    << ". Every earlier answer agreed with the reference to within " << sci(s.bound) << " (" << s.bound_why << "). The reference is "
+    << "tinygpt-verify's model of the same weights (the series' GPT, docs/SPEC.md) decoding the same requests through its "
+    << "reference cache, which `tinygpt verify` holds to the uncached forward pass; its answer to each request is stored beside "
+    << "it in `requests.json`. Engine: " << engine << " (its hello: `" << engine_json(s.hello, 400) << "`). Found by tinygpt-verify "
+    << "(commit " << git_commit() << ") on " << today() << ".\n\n";
+  m << "## Reproduce\n\n```sh\npython3 repro.py                      # exit 1 while the failure is there, 0 once it is fixed\n"
+    << "python3 repro.py --engine \"COMMAND\"  # the same requests to another build of the engine\n```\n\n"
+    << "It needs Python 3 (its standard library only) and the engine. It starts `" << s.engine << "` through `/bin/sh -c`, "
+    << "speaks the line protocol of docs/protocol.md (one JSON object per line on its stdin and stdout), loads `" << model_name
+    << "`, sends the requests, compares every answer's logits with the stored ones, and prints the first difference. "
+    << "Exit 2: the engine could not be started or loaded.\n\n";
+  if (!s.export_command.empty()) m << "The model file is written again by `" << s.export_command << "`.\n\n";
+  m << "## The requests\n\n";
+  const size_t shown = std::min<size_t>(calls.size(), 60);
+  for (size_t i = 0; i < shown; ++i) m << i + 1 << ". " << says[i] << (i == w.index ? "  <- the first wrong answer" : "") << "\n";
+  if (shown < calls.size()) m << "\n(" << calls.size() - shown << " more in requests.json)\n";
+  m << "\nRows are named `@0`, `@1`, ... in the order the engine's answers made them; repro.py sends the ids the engine gave.\n\n";
+  m << "## How it was found\n\n";
+  m << "The row `" << s.row << "` of `tinygpt conform` sent " << res.requests_before << " requests. Delta debugging - dropping "
+    << "requests and rows, folding steps into the prompt, shortening prompts - with the reference's answers recomputed for every "
+    << "candidate, kept the same failure (the first wrong answer is to a `" << w.op << "`, " << (w.kind == "differs" ? "off by more than " + sci(s.bound) : w.kind)
+    << ") in " << calls.size() << " requests: " << res.candidates << " candidates replayed, " << static_cast<int>(res.seconds + 0.5) << " s.\n";
+  return m.str();
+}
+
+}  // namespace
+
+ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, const ReplayEngineFactory& fresh,
+                      const std::function<void(const std::string&)>& progress) {
+  auto say = [&](const std::string& x) {
+    if (progress) progress(x);
+  };
+  ReproResult res;
+  res.row = s.row;
+  res.requests_before = t.exchanges.size();
+  const auto started = std::chrono::steady_clock::now();
+  if (t.overflowed) {
+    res.why_not = "it sent more than " + std::to_string(kTranscriptLimit) + " requests";
+    return res;
+  }
+  Calls all;
+  try {
+    all = calls_of(t, s.protocol);
+  } catch (const std::exception& e) {
+    res.why_not = e.what();
+    return res;
+  }
+  if (all.empty()) {
+    res.why_not = "it sent the engine no request";
+    return res;
+  }
+  if (all[0].op() != "reset") all.insert(all.begin(), Call{json{{"op", "reset"}}, {}, {}, {}});
+  say(s.row + ": replaying its " + std::to_string(t.exchanges.size()) + " requests on a fresh engine");
+  Shrinker sh(model, s, fresh, say);
+  std::optional<Wrong> first;
+  try {
+    first = sh.start(all);
+  } catch (const EngineUnusable& e) {
+    res.why_not = std::string("a fresh engine could not be started: ") + e.what();
+    return res;
+  }
+  if (!first) {
+    res.why_not = "replayed on a fresh engine, its requests were all answered within " + sci(s.bound) +
+                  " of our model (the row's failure needs what a replay does not carry: another process, the sampler, "
+                  "or a comparison of the engine with itself)";
+    return res;
+  }
+  auto confirmed = [&](const Calls& c, Replay& out) {
+    try {
+      std::unique_ptr<ReplayEngine> e = fresh();
+      out = replay(c, model, s.protocol, *e, s.bound);
+    } catch (const EngineUnusable&) {
+      out = Replay{};
+    }
+    return out.valid && out.wrong && out.wrong->same_as(sh.target());
+  };
+  Replay confirm;
+  bool ok = false;
+  try {
+    sh.shrink();
+    // Confirmed on a fresh engine, as repro.py runs it. Where it is not (the engine's reset left
+    // something behind that the sequence needed), shrunk again from the row's failing prefix with a
+    // fresh engine for every candidate.
+    ok = confirmed(sh.best(), confirm);
+    if (!ok && !sh.out_of_time()) {
+      say(s.row + ": the shrunk sequence passes on a fresh engine; shrinking again with a fresh engine for each candidate");
+      Replay whole;
+      if (confirmed(all, whole)) {
+        sh.fresh_each(Calls(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(whole.wrong->index + 1)));
+        sh.shrink();
+        ok = confirmed(sh.best(), confirm);
+      }
+    }
+  } catch (const EngineUnusable& e) {
+    say(s.row + ": shrinking stopped: " + e.what());
+  }
+  Calls best = sh.best();
+  if (!ok && confirmed(all, confirm)) best = all, ok = true;  // the row's own requests, unshrunk
+  if (ok) best.resize(confirm.wrong->index + 1);
+  else confirm.wrong.reset();
+  if (!confirm.wrong) {
+    res.why_not = "the failure did not repeat on a fresh engine (it depends on what earlier requests left behind)";
+    return res;
+  }
+  best = renumbered(best);
+  const Wrong& w = *confirm.wrong;
+  const std::vector<std::string> says = describe(best, s.protocol);
+  res.requests_after = best.size();
+  res.candidates = sh.candidates();
+  res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  res.failure = wrong_line(w, says, s.bound);
+
+  // The bundle, written beside its final place and renamed there: never a half-written folder.
+  const fs::path dir = fs::path(s.out_dir) / safe_name(s.row);
+  const fs::path tmp = fs::path(s.out_dir) / ("." + safe_name(s.row) + ".partial");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  const fs::path model_src(s.model_file);
+  const std::string model_name = "model" + model_src.extension().string();
+  fs::copy(model_src, tmp / model_name, fs::copy_options::recursive);
+  json load = s.load;
+  load["checkpoint"] = model_name;
+  json steps = json::array();
+  for (size_t i = 0; i < best.size(); ++i) {
+    json st = {{"request", best[i].request}, {"says", says[i]}};
+    if (!best[i].creates.empty()) st["creates"] = best[i].creates;
+    if (!best[i].saves.empty()) st["saves"] = best[i].saves;
+    if (confirm.expected[i].defined()) st["logits"] = tensor_rows(confirm.expected[i]);
+    steps.push_back(std::move(st));
+  }
+  json failure = {{"request", w.index + 1}, {"op", w.op}, {"kind", w.kind}, {"says", res.failure}};
+  if (w.kind == "differs") failure["diff"] = w.diff;
+  const json doc = {{"format", "tinygpt-repro 1"},
+                    {"row", s.row},
+                    {"engine", s.engine},
+                    {"protocol", kProtocol},
+                    {"hello", s.hello},
+                    {"load", load},
+                    {"bound", s.bound},
+                    {"bound_why", s.bound_why},
+                    {"failure", failure},
+                    {"shrunk", {{"requests_before", res.requests_before}, {"requests_after", res.requests_after}, {"candidates", res.candidates}}},
+                    {"steps", steps}};
+  write_file(tmp / "requests.json", doc.dump(1) + "\n");
+  write_file(tmp / "repro.py", repro_script());
+  fs::permissions(tmp / "repro.py", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
+  write_file(tmp / "REPORT.md", report_md(s, best, says, w, res, model_name));
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+  res.dir = dir.string();
+  say(s.row + ": " + std::to_string(res.requests_before) + " requests -> " + std::to_string(res.requests_after) + " in " + res.dir);
+  return res;
+}
+
+}  // namespace tinygpt::checks
