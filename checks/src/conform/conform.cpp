@@ -447,16 +447,21 @@ std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vect
   s.model_file = engine.model_file();
   s.budget_s = o.repro_budget_s;
   s.out_dir = o.repro_dir;
-  s.bound = eo.tolerance.logits;
-  s.bound_why = eo.tolerance.why.empty() ? "the default bound: float32 noise between two correct implementations" : eo.tolerance.why;
-  std::string by_kl;
-  for (const std::string& name : rep.deviations)
-    if (const Deviation* d = find_deviation(name)) {
-      if (d->max_kl) by_kl = name;
-      else if (d->tolerance && *d->tolerance > s.bound) s.bound = *d->tolerance, s.bound_why = "the bound of the declared deviation " + name;
-    }
-  s.export_command = "tinygpt export --format " + engine.format() + " model." + engine.format() +
-                     (o.checkpoint.empty() ? std::string() : " --checkpoint " + o.checkpoint);
+  // The row's bound: the run's, or a declared deviation's that touches the row (judged as the row was).
+  auto bound_of = [&](const std::string& row, std::string& by_kl) {
+    s.bound = eo.tolerance.logits;
+    s.bound_why = eo.tolerance.why.empty() ? "the default bound: float32 noise between two correct implementations" : eo.tolerance.why;
+    by_kl.clear();
+    for (const std::string& name : rep.deviations)
+      if (const Deviation* d = find_deviation(name); d && d->touches(find_check(row))) {
+        if (d->max_kl) by_kl = name;
+        else if (d->tolerance && *d->tolerance > s.bound) s.bound = *d->tolerance, s.bound_why = "the bound of the declared deviation " + name;
+      }
+  };
+  // The checkpoint as a source checkout names it where it is one of ours (golden/zoo/NAME/...).
+  std::string ck = o.checkpoint;
+  if (const std::string golden = data_dir() + "/"; ck.rfind(golden, 0) == 0) ck = "golden/" + ck.substr(golden.size());
+  s.export_command = "tinygpt export --format " + engine.format() + " model." + engine.format() + (ck.empty() ? std::string() : " --checkpoint " + ck);
   const EnginePrecision precision{o.kv_type, o.weight_type};
   const ReplayEngineFactory fresh = [&o, precision] {
     return std::unique_ptr<ReplayEngine>(std::make_unique<LoadedReplay>(
@@ -466,6 +471,8 @@ std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vect
   std::map<std::string, ReproResult> by_sender;  // a bundle per sender: rows judging one run share it
   for (const RowRequests& r : transcripts) {
     ReproResult res;
+    std::string by_kl;
+    bound_of(r.sender, by_kl);
     if (!by_kl.empty()) {
       res.row = r.row;
       res.why_not = "the engine declares " + by_kl + ", judged by mean KL: a bundle judges each answer by max |diff|";

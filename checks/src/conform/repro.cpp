@@ -533,59 +533,91 @@ class Shrinker {
     }
   }
 
-  // A row dropped with everything made from it: its prompt, its ids in steps, the requests naming it,
-  // its forks and the rows restored from its states.
-  void drop_rows() {
-    std::vector<std::string> made;
-    for (const Call& c : best_)
-      for (const auto& h : c.creates) made.push_back(h);
-    for (const std::string& h : made) {
-      if (out_of_time()) return;
-      std::set<std::string> gone = {h}, states;
-      Calls c;
-      bool whole = true;  // the row is still in best_
-      for (const Call& x : best_) {
-        Call y = x;
-        const std::string op = x.op();
-        const bool names_gone = x.request.contains("row") && x.request["row"].is_string() && gone.count(x.request["row"].get<std::string>());
-        if (op == "fork" && names_gone) {
-          gone.insert(x.creates[0]);
-          continue;
-        }
-        if (op == "save" && names_gone) {
-          states.insert(x.saves);
-          continue;
-        }
-        if (op == "restore" && states.count(x.request["state"].get<std::string>())) {
-          gone.insert(x.creates[0]);
-          continue;
-        }
-        if (names_gone) continue;
-        if (op == "prefill") {
-          json ids = json::array();
-          std::vector<std::string> kept;
-          for (size_t r = 0; r < x.creates.size(); ++r)
-            if (!gone.count(x.creates[r])) ids.push_back(x.request["ids"][r]), kept.push_back(x.creates[r]);
-          if (kept.empty()) continue;
-          y.request["ids"] = ids, y.creates = kept;
-        }
-        if (op == "step") {
-          const auto hs = x.stepped();
-          json ids = json::array(), rows = json::array();
-          std::vector<std::string> covers;
-          for (size_t r = 0; r < hs.size(); ++r)
-            if (!gone.count(hs[r])) ids.push_back(x.request["ids"][r]), rows.push_back(hs[r]), covers.push_back(hs[r]);
-          if (ids.empty()) {
-            if (&x == &best_.back()) whole = false;  // the failing step was the row's alone
-            continue;
-          }
-          y.request["ids"] = ids;
-          if (x.request.contains("rows")) y.request["rows"] = rows;
-          else y.covers = covers;
-        }
-        c.push_back(std::move(y));
+  // `best_` without the rows `drop` and everything made from them: their prompts, their ids in steps, the
+  // requests naming them, their forks and the rows restored from their states. Empty when the failing
+  // request goes with them.
+  Calls without_rows(const std::set<std::string>& drop) const {
+    std::set<std::string> gone = drop, states;
+    Calls c;
+    for (size_t i = 0; i < best_.size(); ++i) {
+      const Call& x = best_[i];
+      Call y = x;
+      const std::string op = x.op();
+      const bool names_gone = x.request.contains("row") && x.request["row"].is_string() && gone.count(x.request["row"].get<std::string>());
+      const bool last = i + 1 == best_.size();
+      bool keep = true;
+      if (op == "fork" && names_gone) gone.insert(x.creates[0]), keep = false;
+      else if (op == "save" && names_gone) states.insert(x.saves), keep = false;
+      else if (op == "restore" && states.count(x.request["state"].get<std::string>())) gone.insert(x.creates[0]), keep = false;
+      else if (names_gone) keep = false;
+      else if (op == "prefill" || op == "step") {
+        const std::vector<std::string> hs = op == "prefill" ? x.creates : x.stepped();
+        json ids = json::array(), rows = json::array();
+        std::vector<std::string> kept;
+        for (size_t r = 0; r < hs.size(); ++r)
+          if (!gone.count(hs[r])) ids.push_back(x.request["ids"][r]), rows.push_back(hs[r]), kept.push_back(hs[r]);
+        keep = !kept.empty();
+        y.request["ids"] = ids;
+        if (op == "prefill") y.creates = kept;
+        else if (x.request.contains("rows")) y.request["rows"] = rows;
+        else y.covers = kept;
       }
-      if (whole && c.size() > 1) keeps(c);
+      if (!keep && last) return {};
+      if (keep) c.push_back(std::move(y));
+    }
+    return c;
+  }
+
+  // Rows dropped by delta debugging over the rows: half of them at once, then quarters, ..., then one by one.
+  void drop_rows() {
+    auto made = [&] {
+      std::vector<std::string> h;
+      for (const Call& c : best_)
+        for (const auto& x : c.creates) h.push_back(x);
+      return h;
+    };
+    // First every row but the one whose answer was wrong and the rows it was made from (forked, restored).
+    if (const std::vector<std::string> rows = made(); rows.size() > 1) {
+      const Call& last = best_.back();
+      const std::vector<std::string> answered = last.op() == "prefill" ? last.creates
+                                                : last.op() == "step"  ? last.stepped()
+                                                                       : std::vector<std::string>{};
+      std::string wrong_row = last.request.contains("row") && last.request["row"].is_string() ? last.request["row"].get<std::string>() : "";
+      if (target_.kind == "differs" && target_.row < static_cast<int64_t>(answered.size())) wrong_row = answered[static_cast<size_t>(target_.row)];
+      if (!wrong_row.empty()) {
+        std::map<std::string, std::string> parent, saved_from;
+        for (const Call& c : best_) {
+          if (c.op() == "fork") parent[c.creates[0]] = c.request["row"].get<std::string>();
+          if (c.op() == "save") saved_from[c.saves] = c.request["row"].get<std::string>();
+          if (c.op() == "restore") parent[c.creates[0]] = saved_from[c.request["state"].get<std::string>()];
+        }
+        std::set<std::string> keep;
+        for (std::string h = wrong_row; !h.empty() && keep.insert(h).second;) h = parent.count(h) ? parent[h] : "";
+        std::set<std::string> drop;
+        for (const auto& h : rows)
+          if (!keep.count(h)) drop.insert(h);
+        if (!drop.empty()) {
+          const Calls c = without_rows(drop);
+          if (c.size() > 1) keeps(c);
+        }
+      }
+    }
+    size_t chunk = std::max<size_t>(1, made().size() / 2);
+    while (!out_of_time()) {
+      bool dropped = false;
+      for (size_t a = 0; !out_of_time();) {
+        const std::vector<std::string> rows = made();
+        if (a >= rows.size() || rows.size() < 2) break;
+        const std::set<std::string> drop(rows.begin() + static_cast<std::ptrdiff_t>(a),
+                                         rows.begin() + static_cast<std::ptrdiff_t>(std::min(rows.size(), a + chunk)));
+        const Calls c = without_rows(drop);
+        if (c.size() > 1 && keeps(c)) dropped = true;
+        else a += chunk;
+      }
+      if (!dropped) {
+        if (chunk == 1) break;
+        chunk /= 2;
+      }
     }
   }
 
@@ -797,6 +829,7 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
                     {"protocol", kProtocol},
                     {"hello", s.hello},
                     {"load", load},
+                    {"export", s.export_command},
                     {"bound", s.bound},
                     {"bound_why", s.bound_why},
                     {"failure", failure},
