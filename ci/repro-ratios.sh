@@ -32,7 +32,7 @@ fork-shares-storage|fork,churn
 released-slot-not-reset|join-leave,churn
 shift-keys-not-rotated|context-shift
 shift-off-by-one|context-shift
-rollback-keeps-one|rollback
+rollback-keeps-one|rollback,churn
 threads-race|thread-counts
 LIST
 /usr/bin/python3 - "$out" <<'PY'

@@ -144,13 +144,17 @@ Command add_conform(CLI::App& app) {
                   "spec-distribution's draws (0: as many as its stated power needs; fewer lower the power it reports)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--repro", c.repro_dir,
+  CLI::Option* repro = cmd->add_option("--repro", c.repro_dir,
                   "for each failing row, the shortest request sequence found that still fails the same way, written to\n"
                   "DIR/ROW/ as a bundle for the engine's maintainers: the model, requests.json (each request with our answer),\n"
                   "repro.py (Python's standard library and the engine's command: exit 1 while it fails, 0 once fixed) and\n"
                   "REPORT.md. DIR must be empty or new. Not with --kv-type, --weight-type, --max-kl or --min-top1");
+  cmd->add_option("--repro-keep", c.repro_keep,
+                  "with --repro: operations every shrunk sequence keeps (shift, truncate, save, restore, fork, extend, ...), so\n"
+                  "shrinking cannot slip to another bug that fails the same way")
+      ->delimiter(',')->needs(repro);
   cmd->add_option("--repro-budget", c.repro_budget_s, "seconds of shrinking per failing row (it keeps the shortest sequence found)")
-      ->capture_default_str()->check(kPositive);
+      ->capture_default_str()->check(kPositive)->needs(repro);
   cmd->add_option("--json", o->json, "write the checks as JSON here (atomically)");
   cmd->add_option("--junit", o->junit, "write the checks as JUnit XML here (atomically)");
   o->report.add(cmd, /*bench=*/false);

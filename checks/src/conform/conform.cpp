@@ -425,6 +425,9 @@ void check_repro(const ConformOptions& o) {
     throw std::invalid_argument("--repro replays answers against our model at full precision: not with --kv-type or --weight-type");
   if (o.tolerance.by_distribution()) throw std::invalid_argument("--repro judges each answer by max |diff|: not with --max-kl or --min-top1");
   if (!(o.repro_budget_s > 0)) throw std::invalid_argument("--repro-budget must be > 0 seconds");
+  for (const std::string& op : o.repro_keep)
+    if (!std::count(replayed_operations().begin(), replayed_operations().end(), op))
+      throw std::invalid_argument("--repro-keep: '" + op + "' is not an operation a reproduction replays (" + join(replayed_operations()) + ")");
   std::error_code ec;
   const std::filesystem::path dir(o.repro_dir);
   if (std::filesystem::exists(dir, ec)) {
@@ -446,6 +449,7 @@ std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vect
   s.load = engine.load_request();
   s.model_file = engine.model_file();
   s.budget_s = o.repro_budget_s;
+  s.keep_ops = o.repro_keep;
   s.out_dir = o.repro_dir;
   // The row's bound: the run's, or a declared deviation's that touches the row (judged as the row was).
   auto bound_of = [&](const std::string& row, std::string& by_kl) {

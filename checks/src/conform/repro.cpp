@@ -47,8 +47,7 @@ struct Call {
 using Calls = std::vector<Call>;
 
 const std::set<std::string>& replayable() {
-  static const std::set<std::string> ops = {"reset", "prefill", "step", "extend", "fork", "truncate",
-                                            "release", "save", "restore", "shift", "threads"};
+  static const std::set<std::string> ops(replayed_operations().begin(), replayed_operations().end());
   return ops;
 }
 
@@ -440,6 +439,8 @@ class Shrinker {
   // Keeps `c` (cut after its first wrong answer) when it fails as the target did.
   bool keeps(const Calls& c) {
     if (c.size() >= best_.size() && !(c.size() == best_.size() && tokens(c) < tokens(best_))) return false;
+    for (const std::string& op : s_.keep_ops)
+      if (std::none_of(c.begin(), c.end(), [&](const Call& x) { return x.op() == op; })) return false;
     ++candidates_;
     Replay r = run(c);
     if (!r.valid) {
@@ -717,6 +718,12 @@ std::string report_md(const ReproSetup& s, const Calls& calls, const std::vector
 }
 
 }  // namespace
+
+const std::vector<std::string>& replayed_operations() {
+  static const std::vector<std::string> ops = {"reset", "prefill", "step",    "extend", "fork",   "truncate",
+                                               "release", "save", "restore", "shift", "threads"};
+  return ops;
+}
 
 ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, const ReplayEngineFactory& fresh,
                       const std::function<void(const std::string&)>& progress) {

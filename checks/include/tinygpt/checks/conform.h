@@ -82,6 +82,7 @@ struct ConformOptions {
   // Not with a low-precision cache or weights, or bounds of the distribution (a bundle judges max |diff|).
   std::string repro_dir;
   double repro_budget_s = 120;
+  std::vector<std::string> repro_keep;  // operations every shrunk sequence keeps (ReproSetup::keep_ops)
   std::function<void(const std::string&)> progress;
   // weight_budget, or the type's default.
   double weights_budget() const { return weight_budget.value_or(default_weight_budget(weight_type)); }

@@ -47,6 +47,9 @@ struct ReproSetup {
   double bound = 1e-4;      // the row's max |diff|, the bound a kept failure exceeds
   std::string bound_why;    // where the bound comes from ("the default", "declared gelu-tanh", "--tolerance")
   double budget_s = 120;    // shrinking stops here and keeps the shortest failing sequence found
+  // Operations every candidate keeps at least one of ("shift", "truncate"): a shrink that would slip to
+  // another bug failing the same way (a rollback after a restore for one after a shift) cannot drop them.
+  std::vector<std::string> keep_ops;
   std::string out_dir;      // the bundle's folder (created; must not exist or be empty)
   std::string export_command;  // the one command that writes the model file again (REPORT.md)
 };
@@ -78,6 +81,9 @@ using ReplayEngineFactory = std::function<std::unique_ptr<ReplayEngine>()>;
 // on `progress`. Never throws for the engine's sake: a row that cannot be bundled says why.
 ReproResult reproduce(const Transcript& t, const ReproSetup& setup, GPT& model, const ReplayEngineFactory& fresh,
                       const std::function<void(const std::string&)>& progress);
+
+// The operations a reproduction replays (rows by id: reset, prefill, step, extend, fork, ...).
+const std::vector<std::string>& replayed_operations();
 
 // repro.py, as written into every bundle.
 const std::string& repro_script();

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# docs/findings/: each engine finding of docs/engines.md ("Engines on the zoo") that a sequence of row
+# requests shows, as the bundle `tinygpt conform --repro` writes for it - REPORT.md, requests.json and
+# repro.py - with the finding's context from ci/findings/NAME.md after the report. The model file is left
+# out (a zoo member: requests.json's "export" writes it again; tests/engines/findings.py does before it
+# replays each bundle). Needs a build and the llama.cpp adapter (ci/engines.sh). Run from anywhere.
+# llama-server's truncation (finding 5) is a request the server schedules itself ('generate'): a bundle
+# replays rows by id only, so it has none.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TINYGPT=${TINYGPT:-build/bin/tinygpt}
+LLAMA=.engines/llama.cpp/adapter
+[ -x "$LLAMA" ] || { echo "findings: $LLAMA is not built (bash ci/engines.sh)" >&2; exit 1; }
+#        folder | member | rows run | the row whose bundle it is (the row that sent the requests) | more arguments
+# Finding 4 (a rollback after a shift on gemma2's sliding layers, seen in churn) has no bundle: its churn
+# shrinks to finding 3's restore-then-truncate, which fails the same way, and --repro-keep shift keeps a
+# shift on another row beside it.
+findings=(
+  "llama-sliding-window-ignored|zoo:mistral|tokens,logits|tokens"
+  "k-shift-reapplies-yarn-factor|zoo:qwen3|join-leave,context-shift|context-shift"
+  "saved-state-leaves-out-sliding-cells|zoo:gemma2|join-leave,save-restore,rollback-after-restore|rollback-after-restore"
+)
+mkdir -p docs/findings
+index="docs/findings/README.md.new"
+{
+  echo "# Engine findings as reproductions"
+  echo
+  echo "Each folder is what \`tinygpt conform --repro DIR\` wrote for a finding of docs/engines.md: REPORT.md (the"
+  echo "paragraph for the engine's maintainers, then the requests), requests.json (each request with the reference's"
+  echo "answer) and repro.py (Python's standard library and the engine: exit 1 while the bug is there, 0 once it is"
+  echo "fixed). The model is left out: \`requests.json\`'s \"export\" command writes it (from the repository root, into"
+  echo "the folder). \`engine.Finding.*\` replays each against the llama.cpp adapter and fails once one is fixed."
+  echo "Written by ci/findings.sh."
+  echo
+  echo "| finding | member | requests (row's -> bundle's) | first wrong answer |"
+  echo "|---|---|---|---|"
+} > "$index"
+for f in "${findings[@]}"; do
+  IFS='|' read -r name model checks row more <<< "$f"
+  tmp=$(mktemp -d)
+  echo "findings: $name ($model: $checks)" >&2
+  "$TINYGPT" conform --engine "$LLAMA" --model "$model" --checks "$checks" --threads 1 --repro "$tmp/b" --repro-budget 300 \
+    --json "$tmp/report.json" $more > "$tmp/log" 2>&1 || true
+  if [ ! -f "$tmp/b/$row/requests.json" ]; then
+    tail -20 "$tmp/log" >&2
+    echo "findings: $name: no bundle for $row" >&2
+    exit 1
+  fi
+  rm -rf "docs/findings/$name"
+  mkdir -p "docs/findings/$name"
+  cp "$tmp/b/$row/REPORT.md" "$tmp/b/$row/requests.json" "$tmp/b/$row/repro.py" "docs/findings/$name/"
+  if [ -f "ci/findings/$name.md" ]; then cat "ci/findings/$name.md" >> "docs/findings/$name/REPORT.md"; fi
+  python3 - "$tmp/b/$row/requests.json" "$name" "${model#zoo:}" >> "$index" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["shrunk"]
+print("| [%s](%s/REPORT.md) | %s | %d -> %d | %s |" % (sys.argv[2], sys.argv[2], sys.argv[3], s["requests_before"], s["requests_after"],
+                                                   d["failure"]["says"].replace("|", "\\|")))
+PY
+  rm -rf "$tmp"
+done
+mv "$index" docs/findings/README.md
+echo "findings: docs/findings/ written" >&2
