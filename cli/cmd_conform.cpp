@@ -184,7 +184,8 @@ Command add_conform(CLI::App& app) {
             for (const auto& r : rep.repros) {
               if (r.ok())
                 std::cout << "repro: " << r.row << (r.sent_by.empty() ? "" : " (the requests of " + r.sent_by + ", whose run it judged)") << ": " << r.requests_before << " requests -> " << r.requests_after << " in " << r.dir
-                          << " (python3 " << r.dir << "/repro.py; read " << r.dir << "/REPORT.md)\n  " << r.failure << "\n";
+                          << " (python3 " << r.dir << "/repro.py; read " << r.dir << "/REPORT.md)\n  " << r.failure << "\n"
+                          << (r.diagnosis.empty() ? std::string() : "  diagnosis from these requests: " + r.diagnosis + "\n");
               else
                 std::cout << "repro: " << r.row << ": no bundle: " << r.why_not << "\n";
             }

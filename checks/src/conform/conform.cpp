@@ -450,6 +450,7 @@ std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vect
   s.model_file = engine.model_file();
   s.budget_s = o.repro_budget_s;
   s.keep_ops = o.repro_keep;
+  s.diagnose = o.diagnose;
   s.out_dir = o.repro_dir;
   // The row's bound: the run's, or a declared deviation's that touches the row (judged as the row was).
   auto bound_of = [&](const std::string& row, std::string& by_kl) {

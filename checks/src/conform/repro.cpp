@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +18,7 @@
 #include "remote_target.h"
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/faults.h"
 #include "tinygpt/checks/golden.h"
 #include "tinygpt/checks/target.h"
 #include "tinygpt/results/result.h"
@@ -143,10 +146,37 @@ std::vector<std::vector<int64_t>> id_lists(const json& j) {
   return out;
 }
 
+// True when `calls` are one batch per reset - a prefill of rows of one length, then steps of every one of
+// its rows without naming them, and nothing else - the main run's shape (protocol 1's whole protocol).
+bool batch_path(const Calls& calls) {
+  bool prefilled = false;
+  for (const Call& c : calls) {
+    const std::string op = c.op();
+    if (op == "reset") {
+      prefilled = false;
+    } else if (op == "prefill") {
+      if (prefilled) return false;
+      prefilled = true;
+      const json& ids = c.request["ids"];
+      for (const json& r : ids)
+        if (r.size() != ids[0].size()) return false;
+    } else if (op == "step") {
+      if (!prefilled || c.request.contains("rows")) return false;
+    } else if (op != "threads") {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Our model's answers: a ModelTarget of the series' cache, driven by the same calls.
 class Oracle {
  public:
-  Oracle(GPT model, int protocol) : model_(model), target_(model, cache_registry().get(kSeriesCache)), protocol_(protocol) {}
+  // `variant`: the cache (and model) that answers: the series' cache, or a fault of the catalogue.
+  // `batch`: the calls are one batch after each reset (batch_path()), answered through the target's own
+  // prefill and step - the decode path a policy's fault is planted in - instead of its rows.
+  Oracle(GPT model, int protocol, const CacheVariant& variant = cache_registry().get(kSeriesCache), bool batch = false)
+      : model_(model), target_(model, variant), protocol_(protocol), batch_(batch) {}
 
   // Our model's answer to `c`: the logits (R, V) of a prefill, step or extend, undefined otherwise.
   // Throws when the request is not one our model takes (a candidate that dropped what it needs).
@@ -164,6 +194,24 @@ class Oracle {
       return {};
     }
     if (op == "threads") return {};
+    if (batch_ && op == "prefill") {  // (B, T) -> (B, V)
+      const auto prompts = id_lists(q.at("ids"));
+      for (const auto& p : prompts) ids_ok(p);
+      target_.reset();
+      std::vector<int64_t> flat;
+      for (const auto& p : prompts) flat.insert(flat.end(), p.begin(), p.end());
+      return target_.prefill(at::tensor(flat, at::kLong).view({static_cast<int64_t>(prompts.size()), -1}));
+    }
+    if (batch_ && op == "step") {  // (B, 1) -> (B, V)
+      const auto ids = id_lists(q.at("ids"));
+      std::vector<int64_t> flat;
+      for (const auto& r : ids) {
+        if (r.size() != 1) throw std::invalid_argument("a step of more than one id per row");
+        ids_ok(r);
+        flat.push_back(r[0]);
+      }
+      return target_.step(at::tensor(flat, at::kLong).view({-1, 1}));
+    }
     if (op == "prefill") {
       const auto prompts = id_lists(q.at("ids"));
       if (prompts.empty()) throw std::invalid_argument("a prefill of no rows");
@@ -232,6 +280,7 @@ class Oracle {
   GPT model_;
   ModelTarget target_;
   int protocol_;
+  bool batch_;
   std::map<std::string, int64_t> ids_;
   std::map<std::string, std::string> states_;
   std::vector<std::string> live_;
@@ -245,6 +294,7 @@ struct Wrong {
   int64_t row = 0, id = 0;
   double got = 0, want = 0;
   std::string text;  // refused: the engine's error; malformed, stopped: what was wrong
+  at::Tensor answer;  // differs: the engine's logits there (R, V)
   bool same_as(const Wrong& o) const { return op == o.op && kind == o.kind; }
 };
 
@@ -261,7 +311,7 @@ Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine
   Replay r;
   {
     at::NoGradGuard no_grad;
-    Oracle oracle(model, protocol);
+    Oracle oracle(model, protocol, cache_registry().get(kSeriesCache), batch_path(calls));
     try {
       for (const Call& c : calls) r.expected.push_back(oracle.answer(c));
     } catch (const std::exception&) {
@@ -309,6 +359,7 @@ Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine
           Wrong w;
           w.index = i, w.op = c.op(), w.kind = "differs", w.diff = worst, w.row = at_flat / V, w.id = at_flat % V;
           w.got = got[w.row][w.id].item<double>(), w.want = r.expected[i][w.row][w.id].item<double>();
+          w.answer = got;
           r.wrong = w;
           return r;
         }
@@ -325,6 +376,178 @@ Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine
     }
   }
   return r;
+}
+
+// A fault of the catalogue that answers `calls` first wrongly where the engine did, the same way.
+struct Match {
+  const CacheVariant* fault;
+  double diff;      // its |diff| from our production answer at its first wrong answer (0: a refusal)
+  double distance;  // there, its largest |diff| from the engine's own answer (infinite where the engine was right)
+  size_t first = 0;  // its first wrong answer
+  std::string kind;
+};
+
+// How close a fault's wrong answer must come to the engine's to be the same bug: within half the
+// engine's distance from the right answer (a twin gives the engine's answer up to float noise; another
+// bug that fails at the same request gives another wrong answer).
+constexpr double kSameAnswer = 0.5;
+
+// The catalogue's faults (FaultUse::Diagnosis) sent `calls`: those whose first answer off by more than
+// `bound` from ours (`expected`), or first refusal, is at the engine's wrong request and of its kind, and
+// whose wrong logits there are the engine's (within kSameAnswer of its |diff|), the nearest first. A fault
+// whose cache cannot take the calls' operations (a std::logic_error: rows, save or shift not offered) is
+// not one of them.
+std::vector<Match> catalogue_matches(const Calls& calls, const std::vector<at::Tensor>& expected, const Wrong& w, GPT& model,
+                                     int protocol, double bound) {
+  std::vector<Match> out;
+  if (w.kind != "differs" && w.kind != "refused") return out;
+  at::NoGradGuard no_grad;
+  for (const CacheVariant* f : faults_for(model->config(), FaultUse::Diagnosis).faults) {
+    std::optional<size_t> first;
+    std::string kind;
+    double diff = 0, distance = 0;
+    try {
+      Oracle o(model, protocol, *f, batch_path(calls));
+      for (size_t i = 0; i < calls.size() && !first; ++i) {
+        try {
+          const at::Tensor got = o.answer(calls[i]);
+          if (got.defined() && expected[i].defined()) {
+            diff = (got - expected[i]).abs().max().item<double>();
+            if (!(diff <= bound)) {
+              first = i, kind = "differs";
+              if (w.answer.defined() && w.answer.sizes() == got.sizes()) distance = (got - w.answer).abs().max().item<double>();
+              else distance = std::numeric_limits<double>::infinity();
+            }
+          }
+        } catch (const std::logic_error&) {
+          throw;
+        } catch (const std::exception&) {
+          first = i, kind = "refused", diff = 0;
+        }
+      }
+    } catch (const std::logic_error&) {
+      continue;
+    }
+    if (first && *first <= w.index && kind == w.kind)
+      out.push_back({f, diff, *first == w.index ? distance : std::numeric_limits<double>::infinity(), *first, kind});
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Match& a, const Match& b) { return a.distance < b.distance; });
+  return out;
+}
+
+// `calls` without the rows `drop` and everything made from them: their prompts, their ids in steps, the
+// requests naming them, their forks and the rows restored from their states. Empty when the failing
+// request goes with them.
+Calls calls_without_rows(const Calls& best_, const std::set<std::string>& drop) {
+  std::set<std::string> gone = drop, states;
+  Calls c;
+  for (size_t i = 0; i < best_.size(); ++i) {
+    const Call& x = best_[i];
+    Call y = x;
+    const std::string op = x.op();
+    const bool names_gone = x.request.contains("row") && x.request["row"].is_string() && gone.count(x.request["row"].get<std::string>());
+    const bool last = i + 1 == best_.size();
+    bool keep = true;
+    if (op == "fork" && names_gone) gone.insert(x.creates[0]), keep = false;
+    else if (op == "save" && names_gone) states.insert(x.saves), keep = false;
+    else if (op == "restore" && states.count(x.request["state"].get<std::string>())) gone.insert(x.creates[0]), keep = false;
+    else if (names_gone) keep = false;
+    else if (op == "prefill" || op == "step") {
+      const std::vector<std::string> hs = op == "prefill" ? x.creates : x.stepped();
+      json ids = json::array(), rows = json::array();
+      std::vector<std::string> kept;
+      for (size_t r = 0; r < hs.size(); ++r)
+        if (!gone.count(hs[r])) ids.push_back(x.request["ids"][r]), rows.push_back(hs[r]), kept.push_back(hs[r]);
+      keep = !kept.empty();
+      y.request["ids"] = ids;
+      if (op == "prefill") y.creates = kept;
+      else if (x.request.contains("rows")) y.request["rows"] = rows;
+      else y.covers = kept;
+    }
+    if (!keep && last) return {};
+    if (keep) c.push_back(std::move(y));
+  }
+  return c;
+}
+
+// True when fault `f` answers every request of `calls` as our production cache does (to within
+// `bound`, refusing none it takes); false too when our model refuses one, or `f` cannot take them.
+bool fault_right_on(const Calls& calls, GPT& model, int protocol, const CacheVariant& f, double bound) {
+  at::NoGradGuard no_grad;
+  try {
+    const bool batch = batch_path(calls);
+    Oracle right(model, protocol, cache_registry().get(kSeriesCache), batch), faulty(model, protocol, f, batch);
+    for (const Call& c : calls) {
+      const at::Tensor want = right.answer(c), got = faulty.answer(c);
+      if (want.defined() != got.defined()) return false;
+      if (want.defined() && !((got - want).abs().max().item<double>() <= bound)) return false;
+    }
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+
+// What the catalogue says of a failing sequence: the faults named (the likeliest first) and the sentence.
+struct SequenceDiagnosis {
+  std::vector<std::string> matches;
+  std::string text;
+};
+
+SequenceDiagnosis diagnose_calls(const Calls& best, const std::vector<at::Tensor>& expected, const Wrong& w, GPT& model, int protocol,
+                                 double bound) {
+  SequenceDiagnosis out;
+    const std::vector<Match> all_wrong = catalogue_matches(best, expected, w, model, protocol, bound);
+    // First the faults that answer as the engine does at its wrong request. Where none does and that
+    // request is a step, the faults that fail these requests first among the steps after the operation
+    // the engine's failure followed (a fork, a release and admit, a truncate...): the same bug in storage
+    // that shows at another step (a shared list at the parent's next step, a shared buffer once a write
+    // lands in it). Both need every answer before right, as the engine's were.
+    std::vector<Match> m;
+    std::vector<std::string> others;  // wrong at the same request, with answers of their own
+    for (const Match& x : all_wrong)
+      if (x.first == w.index && (w.kind == "refused" || x.distance <= kSameAnswer * w.diff)) m.push_back(x);
+    std::string after_op;
+    if (m.empty() && w.op == "step") {
+      size_t op_at = 0;
+      for (size_t i = 0; i < w.index; ++i)
+        if (best[i].op() != "step" && best[i].op() != "reset" && best[i].op() != "threads") op_at = i;
+      if (op_at > 0 && best[op_at].op() != "prefill") {
+        after_op = best[op_at].op();
+        // The same requests without that operation (and the rows it made): a fault it is the cause of
+        // answers them right; one that fails without it (a mask, a position) is another bug.
+        Calls without = best;
+        without.erase(without.begin() + static_cast<std::ptrdiff_t>(op_at));
+        if (!best[op_at].creates.empty())
+          without = calls_without_rows(without, std::set<std::string>(best[op_at].creates.begin(), best[op_at].creates.end()));
+        for (const Match& x : all_wrong)
+          if (x.first > op_at && !without.empty() && fault_right_on(without, model, protocol, *x.fault, bound)) m.push_back(x);
+        std::stable_sort(m.begin(), m.end(), [&](const Match& a, const Match& b) { return w.index - a.first < w.index - b.first; });
+      }
+    }
+    for (const Match& x : all_wrong)
+      if (x.first == w.index && std::none_of(m.begin(), m.end(), [&](const Match& y) { return y.fault == x.fault; })) {
+        char b[64];
+        std::snprintf(b, sizeof b, " (%.2g of the engine's distance)", x.distance / w.diff);
+        others.push_back(x.fault->name + b);
+      }
+    for (const Match& x : m) out.matches.push_back(x.fault->name);
+    if (m.empty()) {
+      out.text = "no fault of our catalogue answers these requests as the engine does: no known fault" +
+                      (others.empty() ? std::string()
+                                      : std::string(" (wrong at the same request, with answers of their own: ") + results::join(others) + ")");
+    } else {
+      const CacheVariant& f = *m[0].fault;
+      out.text = "our planted fault " + f.name + " (" + f.description + ") " +
+                      (!after_op.empty() ? "fails these requests after the same " + after_op + " (first at request " + std::to_string(m[0].first + 1) +
+                                               ", the engine's at " + std::to_string(w.index + 1) + ")"
+                       : m[0].diff > 0   ? "answers these requests as the engine does (at request " + std::to_string(w.index + 1) + " within " +
+                                             sci(m[0].distance) + " of the engine's answer, " + sci(w.diff) + " from the right one)"
+                                         : "refuses request " + std::to_string(w.index + 1) + " as the engine does") +
+                      (m.size() > 1 ? "; so do " + results::join(std::vector<std::string>(out.matches.begin() + 1, out.matches.end())) : std::string()) +
+                      (f.remedy.empty() ? std::string() : ". " + f.remedy);
+    }
+  return out;
 }
 
 // What each call does, in words and positions: "step row @0 (id 17) at position 256".
@@ -434,6 +657,8 @@ class Shrinker {
   }
 
   const Calls& best() const { return best_; }
+  // The sequence at the end of each pass before prompts were halved, in order: longer than best().
+  const std::vector<Calls>& checkpoints() const { return checkpoints_; }
   const Wrong& target() const { return target_; }
 
   // Keeps `c` (cut after its first wrong answer) when it fails as the target did.
@@ -468,6 +693,7 @@ class Shrinker {
       drop_non_steps();
       fold_steps();
       drop_chunks();
+      checkpoints_.push_back(best_);
       shorten_prompts();
       progress = best_.size() < before || tokens(best_) < toks;
     }
@@ -534,40 +760,7 @@ class Shrinker {
     }
   }
 
-  // `best_` without the rows `drop` and everything made from them: their prompts, their ids in steps, the
-  // requests naming them, their forks and the rows restored from their states. Empty when the failing
-  // request goes with them.
-  Calls without_rows(const std::set<std::string>& drop) const {
-    std::set<std::string> gone = drop, states;
-    Calls c;
-    for (size_t i = 0; i < best_.size(); ++i) {
-      const Call& x = best_[i];
-      Call y = x;
-      const std::string op = x.op();
-      const bool names_gone = x.request.contains("row") && x.request["row"].is_string() && gone.count(x.request["row"].get<std::string>());
-      const bool last = i + 1 == best_.size();
-      bool keep = true;
-      if (op == "fork" && names_gone) gone.insert(x.creates[0]), keep = false;
-      else if (op == "save" && names_gone) states.insert(x.saves), keep = false;
-      else if (op == "restore" && states.count(x.request["state"].get<std::string>())) gone.insert(x.creates[0]), keep = false;
-      else if (names_gone) keep = false;
-      else if (op == "prefill" || op == "step") {
-        const std::vector<std::string> hs = op == "prefill" ? x.creates : x.stepped();
-        json ids = json::array(), rows = json::array();
-        std::vector<std::string> kept;
-        for (size_t r = 0; r < hs.size(); ++r)
-          if (!gone.count(hs[r])) ids.push_back(x.request["ids"][r]), rows.push_back(hs[r]), kept.push_back(hs[r]);
-        keep = !kept.empty();
-        y.request["ids"] = ids;
-        if (op == "prefill") y.creates = kept;
-        else if (x.request.contains("rows")) y.request["rows"] = rows;
-        else y.covers = kept;
-      }
-      if (!keep && last) return {};
-      if (keep) c.push_back(std::move(y));
-    }
-    return c;
-  }
+  Calls without_rows(const std::set<std::string>& drop) const { return calls_without_rows(best_, drop); }
 
   // Rows dropped by delta debugging over the rows: half of them at once, then quarters, ..., then one by one.
   void drop_rows() {
@@ -657,6 +850,7 @@ class Shrinker {
   int64_t candidates_ = 0;
   double said_ = 0;
   bool fresh_each_ = false;
+  std::vector<Calls> checkpoints_;
 };
 
 json tensor_rows(const at::Tensor& t) {  // (R, V) float -> [[...], ...]
@@ -709,6 +903,7 @@ std::string report_md(const ReproSetup& s, const Calls& calls, const std::vector
   for (size_t i = 0; i < shown; ++i) m << i + 1 << ". " << says[i] << (i == w.index ? "  <- the first wrong answer" : "") << "\n";
   if (shown < calls.size()) m << "\n(" << calls.size() - shown << " more in requests.json)\n";
   m << "\nRows are named `@0`, `@1`, ... in the order the engine's answers made them; repro.py sends the ids the engine gave.\n\n";
+  if (!res.diagnosis.empty()) m << "## What it looks like\n\n" << res.diagnosis << ".\n\n";
   m << "## How it was found\n\n";
   m << "The row `" << s.row << "` of `tinygpt conform` sent " << res.requests_before << " requests. Delta debugging - dropping "
     << "requests and rows, folding steps into the prompt, shortening prompts - with the reference's answers recomputed for every "
@@ -809,6 +1004,45 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
   res.candidates = sh.candidates();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   res.failure = wrong_line(w, says, s.bound);
+  if (s.diagnose) {
+    SequenceDiagnosis d = diagnose_calls(best, confirm.expected, w, model, s.protocol, s.bound);
+    // None on the shortest sequence: the sequences shrinking passed through (before prompts were
+    // halved, before runs were dropped, ...), the shortest first - a twin can need a bug's scale (16
+    // entries left out of a saved state need more than one entry to save).
+    // Several alike on it (a step at position 1 turned at 0 is both "rotated at 0" and "one early"): the
+    // longer sequences keep those that match there too, until one is left.
+    for (auto c = sh.checkpoints().rbegin(); d.matches.size() != 1 && c != sh.checkpoints().rend(); ++c) {
+      if (c->size() == best.size() && std::equal(c->begin(), c->end(), best.begin(), [](const Call& x, const Call& y) { return x.request == y.request; }))
+        continue;
+      Replay r;
+      try {
+        std::unique_ptr<ReplayEngine> e = fresh();
+        r = replay(*c, model, s.protocol, *e, s.bound);
+      } catch (const EngineUnusable&) {
+        continue;
+      }
+      if (!r.valid || !r.wrong || !r.wrong->same_as(w)) continue;
+      const Calls cut(c->begin(), c->begin() + static_cast<std::ptrdiff_t>(r.wrong->index + 1));
+      SequenceDiagnosis on = diagnose_calls(cut, r.expected, *r.wrong, model, s.protocol, s.bound);
+      if (on.matches.empty()) continue;
+      std::vector<std::string> both;
+      for (const auto& f : on.matches)
+        if (d.matches.empty() || std::count(d.matches.begin(), d.matches.end(), f)) both.push_back(f);
+      if (both.empty()) continue;
+      if (both.size() == on.matches.size()) d = {both, "on a longer sequence shrinking passed through (" + std::to_string(cut.size()) + " requests), " + on.text};
+      else
+        d = {both, "our planted fault " + both[0] + " answers these requests as the engine does, on the shortest sequence and on one " +
+                       "shrinking passed through (" + std::to_string(cut.size()) + " requests)" +
+                       (both.size() > 1 ? "" : ", where the others alike on the shortest answer otherwise")};
+    }
+    if (d.matches.size() > 1 && d.text.rfind("one of", 0) != 0) {
+      // Still several: each answers the engine's requests alike; the diagnosis names them all.
+      d.text = "one of " + results::join(d.matches) + " (alike on every sequence tried): " + d.text;
+    }
+    res.matches = d.matches;
+    res.diagnosis = d.text;
+    say(s.row + ": " + res.diagnosis);
+  }
 
   // The bundle, written beside its final place and renamed there: never a half-written folder.
   const fs::path dir = fs::path(s.out_dir) / safe_name(s.row);
@@ -846,6 +1080,12 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
   write_file(tmp / "repro.py", repro_script());
   fs::permissions(tmp / "repro.py", fs::perms::owner_exec | fs::perms::group_exec | fs::perms::others_exec, fs::perm_options::add);
   write_file(tmp / "REPORT.md", report_md(s, best, says, w, res, model_name));
+  if (!res.matches.empty()) {
+    std::ifstream in(tmp / "requests.json");
+    json d = json::parse(in);
+    d["matches"] = res.matches;
+    write_file(tmp / "requests.json", d.dump(1) + "\n");
+  }
   fs::remove_all(dir);
   fs::rename(tmp, dir);
   res.dir = dir.string();

@@ -154,7 +154,8 @@ nlohmann::json to_json(const ConformReport& r) {
       repros.push_back({{"row", x.row}, {"sent_by", x.sent_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.sent_by)}, {"dir", x.dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.dir)},
                         {"why_not", x.why_not.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.why_not)},
                         {"requests_before", x.requests_before}, {"requests_after", x.requests_after},
-                        {"candidates", x.candidates}, {"seconds", x.seconds}, {"failure", x.failure}});
+                        {"candidates", x.candidates}, {"seconds", x.seconds}, {"failure", x.failure},
+                        {"matches", x.matches}, {"diagnosis", x.diagnosis}});
     doc["repros"] = repros;
   }
   return doc;

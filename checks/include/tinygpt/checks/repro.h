@@ -50,6 +50,8 @@ struct ReproSetup {
   // Operations every candidate keeps at least one of ("shift", "truncate"): a shrink that would slip to
   // another bug failing the same way (a rollback after a restore for one after a shift) cannot drop them.
   std::vector<std::string> keep_ops;
+  // Also match the bundle's requests against the fault catalogue (ReproResult::matches).
+  bool diagnose = false;
   std::string out_dir;      // the bundle's folder (created; must not exist or be empty)
   std::string export_command;  // the one command that writes the model file again (REPORT.md)
 };
@@ -64,6 +66,11 @@ struct ReproResult {
   int64_t candidates = 0;                          // sequences replayed while shrinking
   double seconds = 0;
   std::string failure;  // the bundle's failure in one line, in the engine's terms
+  // With ReproSetup::diagnose: the faults of our catalogue (faults.h, FaultUse::Diagnosis) whose model and
+  // cache, sent the bundle's requests, answer first wrongly at the same request, the same way; the
+  // nearest in magnitude first. `diagnosis` says it in a sentence.
+  std::vector<std::string> matches;
+  std::string diagnosis;
   bool ok() const { return !dir.empty(); }
 };
 
