@@ -304,21 +304,32 @@ struct Replay {
   std::vector<at::Tensor> expected;  // our answer per call (undefined: no logits)
 };
 
+// The answers of our model through `variant` (the series' cache by default) to `calls`: the logits of
+// each prefill, step and extend, undefined for the rest; nullopt when it refuses one.
+std::optional<std::vector<at::Tensor>> our_answers(const Calls& calls, GPT& model, int protocol,
+                                                   const CacheVariant& variant = cache_registry().get(kSeriesCache)) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> out;
+  try {
+    Oracle oracle(model, protocol, variant, batch_path(calls));
+    for (const Call& c : calls) out.push_back(oracle.answer(c));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return out;
+}
+
 // Our model's answers to `calls` (invalid when it refuses one), then the engine's, up to its first
 // wrong one. The engine is reset first. EngineUnusable from the engine comes back as a "stopped" wrong
 // answer; the caller starts another engine.
 Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine, double bound) {
   Replay r;
-  {
-    at::NoGradGuard no_grad;
-    Oracle oracle(model, protocol, cache_registry().get(kSeriesCache), batch_path(calls));
-    try {
-      for (const Call& c : calls) r.expected.push_back(oracle.answer(c));
-    } catch (const std::exception&) {
-      r.valid = false;
-      return r;
-    }
+  std::optional<std::vector<at::Tensor>> ours = our_answers(calls, model, protocol);
+  if (!ours) {
+    r.valid = false;
+    return r;
   }
+  r.expected = std::move(*ours);
   std::map<std::string, json> rows, states;
   const int64_t V = model->config().vocab_size;
   auto wrong = [&](size_t i, const std::string& kind, const std::string& text) {
@@ -392,6 +403,37 @@ struct Match {
 // bug that fails at the same request gives another wrong answer).
 constexpr double kSameAnswer = 0.5;
 
+// Where fault `f`, sent `calls`, first answers otherwise than our `expected`: logits off by more than
+// `bound` ("differs", with its answer there) or a refusal ("refused"); nullopt when it answers every one
+// alike. Throws std::logic_error when f's cache cannot take the calls' operations at all (rows, save or
+// shift not offered).
+struct FaultWrong {
+  size_t index = 0;
+  std::string kind;
+  double diff = 0;    // differs: its |diff| from ours there
+  at::Tensor answer;  // differs: its logits there (R, V)
+};
+std::optional<FaultWrong> fault_first_wrong(const Calls& calls, const std::vector<at::Tensor>& expected, GPT& model, int protocol,
+                                            const CacheVariant& f, double bound) {
+  at::NoGradGuard no_grad;
+  Oracle o(model, protocol, f, batch_path(calls));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    at::Tensor got;
+    try {
+      got = o.answer(calls[i]);
+    } catch (const std::logic_error&) {
+      throw;
+    } catch (const std::exception&) {
+      return FaultWrong{i, "refused", 0, {}};
+    }
+    if (got.defined() && expected[i].defined()) {
+      const double diff = (got - expected[i]).abs().max().item<double>();
+      if (!(diff <= bound)) return FaultWrong{i, "differs", diff, got};
+    }
+  }
+  return std::nullopt;
+}
+
 // The catalogue's faults (FaultUse::Diagnosis) sent `calls`: those whose first answer off by more than
 // `bound` from ours (`expected`), or first refusal, is at the engine's wrong request and of its kind, and
 // whose wrong logits there are the engine's (within kSameAnswer of its |diff|), the nearest first. A fault
@@ -402,34 +444,20 @@ std::vector<Match> catalogue_matches(const Calls& calls, const std::vector<at::T
   std::vector<Match> out;
   if (w.kind != "differs" && w.kind != "refused") return out;
   at::NoGradGuard no_grad;
+  constexpr double far = std::numeric_limits<double>::infinity();
   for (const CacheVariant* f : faults_for(model->config(), FaultUse::Diagnosis).faults) {
-    std::optional<size_t> first;
-    std::string kind;
-    double diff = 0, distance = 0;
+    std::optional<FaultWrong> fw;
     try {
-      Oracle o(model, protocol, *f, batch_path(calls));
-      for (size_t i = 0; i < calls.size() && !first; ++i) {
-        try {
-          const at::Tensor got = o.answer(calls[i]);
-          if (got.defined() && expected[i].defined()) {
-            diff = (got - expected[i]).abs().max().item<double>();
-            if (!(diff <= bound)) {
-              first = i, kind = "differs";
-              if (w.answer.defined() && w.answer.sizes() == got.sizes()) distance = (got - w.answer).abs().max().item<double>();
-              else distance = std::numeric_limits<double>::infinity();
-            }
-          }
-        } catch (const std::logic_error&) {
-          throw;
-        } catch (const std::exception&) {
-          first = i, kind = "refused", diff = 0;
-        }
-      }
+      fw = fault_first_wrong(calls, expected, model, protocol, *f, bound);
     } catch (const std::logic_error&) {
       continue;
     }
-    if (first && *first <= w.index && kind == w.kind)
-      out.push_back({f, diff, *first == w.index ? distance : std::numeric_limits<double>::infinity(), *first, kind});
+    if (!fw || fw->index > w.index || fw->kind != w.kind) continue;
+    double distance = far;  // from the engine's answer, at the engine's wrong request
+    if (fw->index == w.index && fw->kind == "refused") distance = 0;
+    if (fw->index == w.index && fw->kind == "differs" && w.answer.defined() && w.answer.sizes() == fw->answer.sizes())
+      distance = (fw->answer - w.answer).abs().max().item<double>();
+    out.push_back({f, fw->diff, distance, fw->index, fw->kind});
   }
   std::stable_sort(out.begin(), out.end(), [](const Match& a, const Match& b) { return a.distance < b.distance; });
   return out;
@@ -473,19 +501,13 @@ Calls calls_without_rows(const Calls& best_, const std::set<std::string>& drop) 
 // True when fault `f` answers every request of `calls` as our production cache does (to within
 // `bound`, refusing none it takes); false too when our model refuses one, or `f` cannot take them.
 bool fault_right_on(const Calls& calls, GPT& model, int protocol, const CacheVariant& f, double bound) {
-  at::NoGradGuard no_grad;
+  const std::optional<std::vector<at::Tensor>> ours = our_answers(calls, model, protocol);
+  if (!ours) return false;
   try {
-    const bool batch = batch_path(calls);
-    Oracle right(model, protocol, cache_registry().get(kSeriesCache), batch), faulty(model, protocol, f, batch);
-    for (const Call& c : calls) {
-      const at::Tensor want = right.answer(c), got = faulty.answer(c);
-      if (want.defined() != got.defined()) return false;
-      if (want.defined() && !((got - want).abs().max().item<double>() <= bound)) return false;
-    }
-  } catch (const std::exception&) {
+    return !fault_first_wrong(calls, *ours, model, protocol, f, bound);
+  } catch (const std::logic_error&) {
     return false;
   }
-  return true;
 }
 
 // What the catalogue says of a failing sequence: the faults named (the likeliest first) and the sentence.
@@ -497,56 +519,56 @@ struct SequenceDiagnosis {
 SequenceDiagnosis diagnose_calls(const Calls& best, const std::vector<at::Tensor>& expected, const Wrong& w, GPT& model, int protocol,
                                  double bound) {
   SequenceDiagnosis out;
-    const std::vector<Match> all_wrong = catalogue_matches(best, expected, w, model, protocol, bound);
-    // First the faults that answer as the engine does at its wrong request. Where none does and that
-    // request is a step, the faults that fail these requests first among the steps after the operation
-    // the engine's failure followed (a fork, a release and admit, a truncate...): the same bug in storage
-    // that shows at another step (a shared list at the parent's next step, a shared buffer once a write
-    // lands in it). Both need every answer before right, as the engine's were.
-    std::vector<Match> m;
-    std::vector<std::string> others;  // wrong at the same request, with answers of their own
-    for (const Match& x : all_wrong)
-      if (x.first == w.index && (w.kind == "refused" || x.distance <= kSameAnswer * w.diff)) m.push_back(x);
-    std::string after_op;
-    if (m.empty() && w.op == "step") {
-      size_t op_at = 0;
-      for (size_t i = 0; i < w.index; ++i)
-        if (best[i].op() != "step" && best[i].op() != "reset" && best[i].op() != "threads") op_at = i;
-      if (op_at > 0 && best[op_at].op() != "prefill") {
-        after_op = best[op_at].op();
-        // The same requests without that operation (and the rows it made): a fault it is the cause of
-        // answers them right; one that fails without it (a mask, a position) is another bug.
-        Calls without = best;
-        without.erase(without.begin() + static_cast<std::ptrdiff_t>(op_at));
-        if (!best[op_at].creates.empty())
-          without = calls_without_rows(without, std::set<std::string>(best[op_at].creates.begin(), best[op_at].creates.end()));
-        for (const Match& x : all_wrong)
-          if (x.first > op_at && !without.empty() && fault_right_on(without, model, protocol, *x.fault, bound)) m.push_back(x);
-        std::stable_sort(m.begin(), m.end(), [&](const Match& a, const Match& b) { return w.index - a.first < w.index - b.first; });
-      }
+  const std::vector<Match> all_wrong = catalogue_matches(best, expected, w, model, protocol, bound);
+  // First the faults that answer as the engine does at its wrong request. Where none does and that
+  // request is a step, the faults that fail these requests first among the steps after the operation
+  // the engine's failure followed (a fork, a release and admit, a truncate...): the same bug in storage
+  // that shows at another step (a shared list at the parent's next step, a shared buffer once a write
+  // lands in it). Both need every answer before right, as the engine's were.
+  std::vector<Match> m;
+  std::vector<std::string> others;  // wrong at the same request, with answers of their own
+  for (const Match& x : all_wrong)
+    if (x.first == w.index && (w.kind == "refused" || x.distance <= kSameAnswer * w.diff)) m.push_back(x);
+  std::string after_op;
+  if (m.empty() && w.op == "step") {
+    size_t op_at = 0;
+    for (size_t i = 0; i < w.index; ++i)
+      if (best[i].op() != "step" && best[i].op() != "reset" && best[i].op() != "threads") op_at = i;
+    if (op_at > 0 && best[op_at].op() != "prefill") {
+      after_op = best[op_at].op();
+      // The same requests without that operation (and the rows it made): a fault it is the cause of
+      // answers them right; one that fails without it (a mask, a position) is another bug.
+      Calls without = best;
+      without.erase(without.begin() + static_cast<std::ptrdiff_t>(op_at));
+      if (!best[op_at].creates.empty())
+        without = calls_without_rows(without, std::set<std::string>(best[op_at].creates.begin(), best[op_at].creates.end()));
+      for (const Match& x : all_wrong)
+        if (x.first > op_at && !without.empty() && fault_right_on(without, model, protocol, *x.fault, bound)) m.push_back(x);
+      std::stable_sort(m.begin(), m.end(), [&](const Match& a, const Match& b) { return w.index - a.first < w.index - b.first; });
     }
-    for (const Match& x : all_wrong)
-      if (x.first == w.index && std::none_of(m.begin(), m.end(), [&](const Match& y) { return y.fault == x.fault; })) {
-        char b[64];
-        std::snprintf(b, sizeof b, " (%.2g of the engine's distance)", x.distance / w.diff);
-        others.push_back(x.fault->name + b);
-      }
-    for (const Match& x : m) out.matches.push_back(x.fault->name);
-    if (m.empty()) {
-      out.text = "no fault of our catalogue answers these requests as the engine does: no known fault" +
-                      (others.empty() ? std::string()
-                                      : std::string(" (wrong at the same request, with answers of their own: ") + results::join(others) + ")");
-    } else {
-      const CacheVariant& f = *m[0].fault;
-      out.text = "our planted fault " + f.name + " (" + f.description + ") " +
-                      (!after_op.empty() ? "fails these requests after the same " + after_op + " (first at request " + std::to_string(m[0].first + 1) +
-                                               ", the engine's at " + std::to_string(w.index + 1) + ")"
-                       : m[0].diff > 0   ? "answers these requests as the engine does (at request " + std::to_string(w.index + 1) + " within " +
-                                             sci(m[0].distance) + " of the engine's answer, " + sci(w.diff) + " from the right one)"
-                                         : "refuses request " + std::to_string(w.index + 1) + " as the engine does") +
-                      (m.size() > 1 ? "; so do " + results::join(std::vector<std::string>(out.matches.begin() + 1, out.matches.end())) : std::string()) +
-                      (f.remedy.empty() ? std::string() : ". " + f.remedy);
+  }
+  for (const Match& x : all_wrong)
+    if (x.first == w.index && std::none_of(m.begin(), m.end(), [&](const Match& y) { return y.fault == x.fault; })) {
+      char b[64];
+      std::snprintf(b, sizeof b, " (%.2g of the engine's distance)", x.distance / w.diff);
+      others.push_back(x.fault->name + b);
     }
+  for (const Match& x : m) out.matches.push_back(x.fault->name);
+  if (m.empty()) {
+    out.text = "no fault of our catalogue answers these requests as the engine does: no known fault" +
+                    (others.empty() ? std::string()
+                                    : std::string(" (wrong at the same request, with answers of their own: ") + results::join(others) + ")");
+  } else {
+    const CacheVariant& f = *m[0].fault;
+    out.text = "our planted fault " + f.name + " (" + f.description + ") " +
+                    (!after_op.empty() ? "fails these requests after the same " + after_op + " (first at request " + std::to_string(m[0].first + 1) +
+                                             ", the engine's at " + std::to_string(w.index + 1) + ")"
+                     : m[0].diff > 0   ? "answers these requests as the engine does (at request " + std::to_string(w.index + 1) + " within " +
+                                           sci(m[0].distance) + " of the engine's answer, " + sci(w.diff) + " from the right one)"
+                                       : "refuses request " + std::to_string(w.index + 1) + " as the engine does") +
+                    (m.size() > 1 ? "; so do " + results::join(std::vector<std::string>(out.matches.begin() + 1, out.matches.end())) : std::string()) +
+                    (f.remedy.empty() ? std::string() : ". " + f.remedy);
+  }
   return out;
 }
 
@@ -580,7 +602,7 @@ std::vector<std::string> describe(const Calls& calls, int protocol) {
         s << (i ? "," : "") << " row " << hs[i] << " id " << q["ids"][i][0].get<int64_t>() << " at position " << pos[hs[i]]++;
     } else if (op == "restore") {
       pos[c.creates[0]] = saved[q["state"].get<std::string>()];
-      s << "restore " << q["state"].get<std::string>() << " as row " << c.creates[0] << " (" << pos[c.creates[0]] << " tokens)";
+      s << "restore " << q["state"].get<std::string>() << " as row " << c.creates[0] << " (" << count(static_cast<size_t>(pos[c.creates[0]]), "token") << ")";
     } else {
       const std::string row = q["row"].get<std::string>();
       if (op == "extend") {
@@ -589,18 +611,18 @@ std::vector<std::string> describe(const Calls& calls, int protocol) {
         pos[row] += n;
       } else if (op == "fork") {
         pos[c.creates[0]] = pos[row];
-        s << "fork row " << row << " (" << pos[row] << " tokens) as row " << c.creates[0];
+        s << "fork row " << row << " (" << count(static_cast<size_t>(pos[row]), "token") << ") as row " << c.creates[0];
       } else if (op == "truncate") {
         pos[row] -= q["n"].get<int64_t>();
-        s << "truncate row " << row << " by " << q["n"].get<int64_t>() << " (to " << pos[row] << " tokens)";
+        s << "truncate row " << row << " by " << q["n"].get<int64_t>() << " (to " << count(static_cast<size_t>(pos[row]), "token") << ")";
       } else if (op == "release") {
         s << "release row " << row;
       } else if (op == "save") {
         saved[c.saves] = pos[row];
-        s << "save row " << row << " (" << pos[row] << " tokens) as " << c.saves;
+        s << "save row " << row << " (" << count(static_cast<size_t>(pos[row]), "token") << ") as " << c.saves;
       } else if (op == "shift") {
         const int64_t keep = q["keep"].get<int64_t>(), discard = q["discard"].get<int64_t>();
-        s << "shift row " << row << ": keep " << keep << ", discard " << discard << " (from " << pos[row] << " to " << pos[row] - discard << " tokens)";
+        s << "shift row " << row << ": keep " << keep << ", discard " << discard << " (from " << pos[row] << " to " << count(static_cast<size_t>(pos[row] - discard), "token") << ")";
         pos[row] -= discard;
       }
     }
@@ -1012,7 +1034,8 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
     // Several alike on it (a step at position 1 turned at 0 is both "rotated at 0" and "one early"): the
     // longer sequences keep those that match there too, until one is left.
     for (auto c = sh.checkpoints().rbegin(); d.matches.size() != 1 && c != sh.checkpoints().rend(); ++c) {
-      if (c->size() == best.size() && std::equal(c->begin(), c->end(), best.begin(), [](const Call& x, const Call& y) { return x.request == y.request; }))
+      if (const Calls same = renumbered(*c);
+          same.size() == best.size() && std::equal(same.begin(), same.end(), best.begin(), [](const Call& x, const Call& y) { return x.request == y.request; }))
         continue;
       Replay r;
       try {
