@@ -453,12 +453,20 @@ std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vect
   s.diagnose = o.diagnose;
   s.out_dir = o.repro_dir;
   // The row's bound: the run's, or a declared deviation's that touches the row (judged as the row was).
+  // A bundle compares logits with the reference's: a row that judged tokens or the engine against
+  // itself takes the bound of the deviations that touch a row judged against the reference.
+  auto touches = [](const Deviation& d, const CheckDef& row) {
+    if (d.touches(row)) return true;
+    if (row.judge != Judge::Tokens && row.judge != Judge::Repeat) return false;
+    const auto& all = model_checks();
+    return std::any_of(all.begin(), all.end(), [&](const CheckDef& c) { return c.judge == Judge::Reference && d.touches(c); });
+  };
   auto bound_of = [&](const std::string& row, std::string& by_kl) {
     s.bound = eo.tolerance.logits;
     s.bound_why = eo.tolerance.why.empty() ? "the default bound: float32 noise between two correct implementations" : eo.tolerance.why;
     by_kl.clear();
     for (const std::string& name : rep.deviations)
-      if (const Deviation* d = find_deviation(name); d && d->touches(find_check(row))) {
+      if (const Deviation* d = find_deviation(name); d && touches(*d, find_check(row))) {
         if (d->max_kl) by_kl = name;
         else if (d->tolerance && *d->tolerance > s.bound) s.bound = *d->tolerance, s.bound_why = "the bound of the declared deviation " + name;
       }

@@ -644,6 +644,89 @@ std::string wrong_line(const Wrong& w, const std::vector<std::string>& says, dou
   return "the answer to " + where + " is malformed: " + w.text;
 }
 
+// `c` with the row that call i makes (a fork's, or a restore's of a state saved of a row) replaced by
+// the row it was made from, where that row is used nowhere else from the save or fork on (a release
+// of it goes too): the fork, or the save and the restore, dropped and the made row's calls on its
+// source. nullopt where the source is used again.
+std::optional<Calls> collapsed(const Calls& c, size_t i) {
+  const Call& x = c[i];
+  if ((x.op() != "fork" && x.op() != "restore") || x.creates.size() != 1) return std::nullopt;
+  const std::string made = x.creates[0];
+  std::string from;
+  size_t since = i;  // the source must be unused from here on
+  std::set<size_t> drop = {i};
+  if (x.op() == "fork") {
+    from = x.request["row"].get<std::string>();
+  } else {
+    const std::string state = x.request["state"].get<std::string>();
+    size_t restores = 0;
+    for (size_t k = 0; k < c.size(); ++k) {
+      if (c[k].saves == state) from = c[k].request["row"].get<std::string>(), since = k;
+      if (c[k].op() == "restore" && c[k].request["state"] == state) ++restores;
+    }
+    if (from.empty()) return std::nullopt;
+    if (restores == 1) drop.insert(since);
+  }
+  auto names = [](const Call& y, const std::string& h) {
+    if (y.request.contains("row") && y.request["row"] == h) return true;
+    const std::vector<std::string> hs = y.op() == "step" ? y.stepped() : std::vector<std::string>{};
+    return std::find(hs.begin(), hs.end(), h) != hs.end();
+  };
+  for (size_t k = since + 1; k < c.size(); ++k) {
+    if (c[k].op() == "reset") break;
+    if (!names(c[k], from) || drop.count(k)) continue;
+    if (c[k].op() != "release" || k < i) return std::nullopt;
+    drop.insert(k);
+  }
+  if (drop.count(c.size() - 1)) return std::nullopt;
+  auto re = [&](std::string& h) {
+    if (h == made) h = from;
+  };
+  Calls out;
+  for (size_t k = 0; k < c.size(); ++k) {
+    if (drop.count(k)) continue;
+    Call y = c[k];
+    if (k > i) {
+      for (auto& h : y.covers) re(h);
+      if (y.request.contains("row") && y.request["row"].is_string()) {
+        std::string h = y.request["row"].get<std::string>();
+        re(h);
+        y.request["row"] = h;
+      }
+      if (y.request.contains("rows"))
+        for (json& r : y.request["rows"]) {
+          std::string h = r.get<std::string>();
+          re(h);
+          r = h;
+        }
+    }
+    out.push_back(std::move(y));
+  }
+  return out;
+}
+
+// The row whose answer is `w` (the last of `c`) and the rows it was made from (forked, restored from a
+// state saved of), as handles; empty when the wrong answer names no row.
+std::set<std::string> wrong_lineage(const Calls& c, const Wrong& w) {
+  if (c.empty()) return {};
+  const Call& last = c.back();
+  const std::vector<std::string> answered = last.op() == "prefill" ? last.creates
+                                            : last.op() == "step"  ? last.stepped()
+                                                                   : std::vector<std::string>{};
+  std::string row = last.request.contains("row") && last.request["row"].is_string() ? last.request["row"].get<std::string>() : "";
+  if (w.kind == "differs" && w.row < static_cast<int64_t>(answered.size())) row = answered[static_cast<size_t>(w.row)];
+  std::set<std::string> out;
+  if (row.empty()) return out;
+  std::map<std::string, std::string> parent, saved_from;
+  for (const Call& x : c) {
+    if (x.op() == "fork") parent[x.creates[0]] = x.request["row"].get<std::string>();
+    if (x.op() == "save") saved_from[x.saves] = x.request["row"].get<std::string>();
+    if (x.op() == "restore") parent[x.creates[0]] = saved_from[x.request["state"].get<std::string>()];
+  }
+  for (std::string h = row; !h.empty() && out.insert(h).second;) h = parent.count(h) ? parent[h] : "";
+  return out;
+}
+
 // Delta debugging over calls, each candidate judged by replay(); keeps the shortest failing sequence.
 class Shrinker {
  public:
@@ -687,7 +770,7 @@ class Shrinker {
   bool keeps(const Calls& c) {
     if (c.size() >= best_.size() && !(c.size() == best_.size() && tokens(c) < tokens(best_))) return false;
     for (const std::string& op : s_.keep_ops)
-      if (std::none_of(c.begin(), c.end(), [&](const Call& x) { return x.op() == op; })) return false;
+      if (std::none_of(c.begin(), c.end(), [&](const Call& x) { return x.op() == op; })) return false;  // cheap first
     ++candidates_;
     Replay r = run(c);
     if (!r.valid) {
@@ -695,7 +778,9 @@ class Shrinker {
       return false;
     }
     if (!r.wrong || !r.wrong->same_as(target_)) return false;
-    best_.assign(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(r.wrong->index + 1));
+    const Calls cut(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(r.wrong->index + 1));
+    if (!keeps_the_operations(cut, *r.wrong)) return false;
+    best_ = cut;
     last_ = *r.wrong;
     if (elapsed() - said_ > 5) {
       said_ = elapsed();
@@ -713,6 +798,7 @@ class Shrinker {
       // that are not steps (a save or fork between a prefill and its steps keeps them from folding).
       drop_rows();
       drop_non_steps();
+      collapse_rows();
       fold_steps();
       drop_chunks();
       checkpoints_.push_back(best_);
@@ -722,6 +808,21 @@ class Shrinker {
   }
 
  private:
+  // --repro-keep: each operation named acts on the wrong answer's row or a row it was made from (a
+  // shift on another row beside it does not count).
+  bool keeps_the_operations(const Calls& cut, const Wrong& w) const {
+    if (s_.keep_ops.empty()) return true;
+    const std::set<std::string> rows = wrong_lineage(cut, w);
+    auto on_them = [&](const Call& x) {
+      std::vector<std::string> hs = x.op() == "step" ? x.stepped() : x.creates;
+      if (x.request.contains("row") && x.request["row"].is_string()) hs.push_back(x.request["row"].get<std::string>());
+      return std::any_of(hs.begin(), hs.end(), [&](const std::string& h) { return rows.count(h) > 0; });
+    };
+    for (const std::string& op : s_.keep_ops)
+      if (std::none_of(cut.begin(), cut.end(), [&](const Call& x) { return x.op() == op && on_them(x); })) return false;
+    return true;
+  }
+
   static int64_t tokens(const Calls& c) {
     int64_t n = 0;
     for (const Call& x : c)
@@ -731,26 +832,39 @@ class Shrinker {
   }
 
   // A prefill followed by steps of exactly its rows: the steps' ids appended to the prompts instead
-  // (as many as the window holds, then half as many, ...).
+  // (as many as the window holds, then half as many, ...; after a fold that keeps the failure, as many
+  // again: a failure past the window takes the prompt up to the window's edge, where folding every
+  // step at once may fail otherwise - an engine refusing a prompt of the whole window, say).
   void fold_steps() {
     const int64_t ctx = model_->config().context;
     for (size_t i = 1; i < best_.size() && !out_of_time(); ++i) {
       if (best_[i].op() != "prefill") continue;
-      const Call& p = best_[i];
-      int64_t longest = 0;
-      for (const json& r : p.request["ids"]) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.size()));
-      size_t j = i + 1;
-      while (j + 1 < best_.size() && best_[j].op() == "step" && best_[j].stepped() == p.creates &&
-             longest + static_cast<int64_t>(j - i) <= ctx)
-        ++j;
-      for (size_t n = j - i - 1; n >= 1; n /= 2) {  // fold the n steps after the prefill (never the failing request)
+      auto foldable = [&] {  // the steps after the prefill that fit the window, never the failing request
+        const Call& p = best_[i];
+        int64_t longest = 0;
+        for (const json& r : p.request["ids"]) longest = std::max<int64_t>(longest, static_cast<int64_t>(r.size()));
+        size_t j = i + 1;
+        while (j + 1 < best_.size() && best_[j].op() == "step" && best_[j].stepped() == p.creates &&
+               longest + static_cast<int64_t>(j - i) <= ctx)
+          ++j;
+        return j - i - 1;
+      };
+      for (size_t n = foldable(); n >= 1 && !out_of_time();) {
         Calls c = best_;
         for (size_t k = 1; k <= n; ++k)
           for (size_t r = 0; r < c[i].creates.size(); ++r) c[i].request["ids"][r].push_back(best_[i + k].request["ids"][r][0]);
         c.erase(c.begin() + static_cast<std::ptrdiff_t>(i + 1), c.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
-        if (keeps(c) || out_of_time()) break;
+        n = keeps(c) ? std::min(n, foldable()) : n / 2;
       }
     }
+  }
+
+  // Each fork, and each restore of a state saved, undone where its source row goes unused (collapsed()):
+  // a chain of rows made from rows becomes one row.
+  void collapse_rows() {
+    for (size_t i = best_.size(); i-- > 1 && !out_of_time();)
+      if (i < best_.size())
+        if (const auto c = collapsed(best_, i)) keeps(*c);
   }
 
   // Each request other than a step dropped on its own (never the first reset or the failing request).
@@ -794,21 +908,7 @@ class Shrinker {
     };
     // First every row but the one whose answer was wrong and the rows it was made from (forked, restored).
     if (const std::vector<std::string> rows = made(); rows.size() > 1) {
-      const Call& last = best_.back();
-      const std::vector<std::string> answered = last.op() == "prefill" ? last.creates
-                                                : last.op() == "step"  ? last.stepped()
-                                                                       : std::vector<std::string>{};
-      std::string wrong_row = last.request.contains("row") && last.request["row"].is_string() ? last.request["row"].get<std::string>() : "";
-      if (target_.kind == "differs" && target_.row < static_cast<int64_t>(answered.size())) wrong_row = answered[static_cast<size_t>(target_.row)];
-      if (!wrong_row.empty()) {
-        std::map<std::string, std::string> parent, saved_from;
-        for (const Call& c : best_) {
-          if (c.op() == "fork") parent[c.creates[0]] = c.request["row"].get<std::string>();
-          if (c.op() == "save") saved_from[c.saves] = c.request["row"].get<std::string>();
-          if (c.op() == "restore") parent[c.creates[0]] = saved_from[c.request["state"].get<std::string>()];
-        }
-        std::set<std::string> keep;
-        for (std::string h = wrong_row; !h.empty() && keep.insert(h).second;) h = parent.count(h) ? parent[h] : "";
+      if (const std::set<std::string> keep = wrong_lineage(best_, target_); !keep.empty()) {
         std::set<std::string> drop;
         for (const auto& h : rows)
           if (!keep.count(h)) drop.insert(h);
