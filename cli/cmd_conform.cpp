@@ -1,6 +1,7 @@
 // `tinygpt conform`: parses, calls checks::run_conform, prints. The protocol is docs/protocol.md.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <iostream>
@@ -150,8 +151,9 @@ Command add_conform(CLI::App& app) {
                   "repro.py (Python's standard library and the engine's command: exit 1 while it fails, 0 once fixed) and\n"
                   "REPORT.md. DIR must be empty or new. Not with --kv-type, --weight-type, --max-kl or --min-top1");
   cmd->add_option("--repro-keep", c.repro_keep,
-                  "with --repro: operations every shrunk sequence keeps (shift, truncate, save, restore, fork, extend, ...), so\n"
-                  "shrinking cannot slip to another bug that fails the same way")
+                  "with --repro: operations every shrunk sequence keeps on the wrong answer's row or a row it was made from\n"
+                  "(shift, truncate, save, restore, fork, extend, ...), so shrinking cannot slip to another bug that fails\n"
+                  "the same way")
       ->delimiter(',')->needs(repro);
   cmd->add_option("--repro-budget", c.repro_budget_s, "seconds of shrinking per failing row (it keeps the shortest sequence found)")
       ->capture_default_str()->check(kPositive)->needs(repro);
@@ -189,6 +191,11 @@ Command add_conform(CLI::App& app) {
               else
                 std::cout << "repro: " << r.row << ": no bundle: " << r.why_not << "\n";
             }
+            // llama.cpp's C API: the same requests as the calls the adapter made, a program its maintainers build.
+            if (rep.engine_name.rfind("llama.cpp", 0) == 0 &&
+                std::any_of(rep.repros.begin(), rep.repros.end(), [](const auto& r) { return r.ok(); }))
+              std::cout << "repro: with the llama.cpp adapter, `python3 engines/llama.cpp/repro_c.py write BUNDLE` adds "
+                           "repro.c: the calls that answered the requests, against llama.cpp's C API\n";
             if (!o->json.empty()) results::write_json_atomically(o->json, with_provenance(checks::to_json(rep), c10::Device(c10::kCPU)));
             if (!o->junit.empty()) write_text_atomically(o->junit, checks::junit_xml(rep.rows, "tinygpt.conform"));
             if (o->report.any()) {

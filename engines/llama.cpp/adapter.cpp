@@ -34,6 +34,12 @@
 // the prompt's last token, whose logits are the answer) and computes the rest; the prefill answer
 // says how many it reused.
 //
+// TINYGPT_LLAMA_TRACE=FILE: every llama.cpp call made to answer a request after `load` (the context's
+// parameters, memory clears, seq_rm/seq_cp/seq_add, each llama_decode's batch, the logits read, the
+// state saved and put back), one JSON object per line, each request's calls after a line naming it.
+// engines/llama.cpp/repro_c.py writes a bundle's calls as a C program from it (a report that needs
+// no adapter).
+//
 // Planted faults for the suite's tests (TINYGPT_ENGINE_FAULT): rope-permutation-skipped (the GGUF's
 // q/k rows put back in our order: llama.cpp's rotate-half RoPE then pairs the wrong channels),
 // no-reset, never-trimmed, one-entry-too-few, context-shift-keeps-prompt (llama.cpp's context shift:
@@ -69,6 +75,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <set>
 #include <stdexcept>
@@ -191,8 +198,19 @@ void plant_export_fault(const std::string& src, const std::string& dst, const st
 
 class Engine {
  public:
-  explicit Engine(std::string fault) : fault_(std::move(fault)) {}
+  explicit Engine(std::string fault) : fault_(std::move(fault)) {
+    if (const std::string t = env("TINYGPT_LLAMA_TRACE"); !t.empty()) {
+      trace_.open(t, std::ios::trunc);
+      if (!trace_) throw std::runtime_error("cannot write the trace " + t);
+    }
+  }
   ~Engine() { unload(); }
+
+  // The trace's line before request n's calls (n counts the requests after `load`, from 1).
+  void trace_request(const std::string& op) {
+    if (!trace_.is_open() || op == "hello" || op == "load") return;
+    trace({{"request", ++traced_requests_}, {"op", op}});
+  }
 
   json hello(const json& req) {
     json h = hello_fields();
@@ -313,6 +331,9 @@ class Engine {
       if (cp.type_v != GGML_TYPE_F32 && cp.type_v != GGML_TYPE_F16) cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED;
     }
     cp.no_perf = true;
+    trace({{"call", "context"}, {"n_ctx", cp.n_ctx}, {"n_batch", cp.n_batch}, {"n_ubatch", cp.n_ubatch}, {"n_seq_max", cp.n_seq_max},
+           {"kv_unified", cp.kv_unified}, {"swa_full", cp.swa_full}, {"type_k", ggml_type_name(cp.type_k)},
+           {"type_v", ggml_type_name(cp.type_v)}, {"flash_attn", cp.flash_attn_type == LLAMA_FLASH_ATTN_TYPE_ENABLED}});
     ctx_ = llama_init_from_model(model_, cp);
     if (!ctx_) throw std::runtime_error("llama_init_from_model failed" + (kv.empty() ? std::string() : " with kv_type " + kv));
     n_vocab_ = llama_vocab_n_tokens(llama_model_get_vocab(model_));
@@ -323,7 +344,7 @@ class Engine {
   void reset(bool really = false) {
     if (!ctx_) throw std::runtime_error("no model loaded");
     if (fault_ == "no-reset" && !really) return;
-    llama_memory_clear(llama_get_memory(ctx_), true);
+    clear();
     pos_.assign(kMaxRows, 0);
     prompt_.assign(kMaxRows, 0);
     live_.assign(kMaxRows, false);
@@ -341,7 +362,6 @@ class Engine {
       if (s == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
       rows.push_back(s);
     }
-    llama_memory_t mem = llama_get_memory(ctx_);
     json rest = json::array();
     reused = json::array();
     for (size_t b = 0; b < ids.size(); ++b) {
@@ -365,8 +385,8 @@ class Engine {
         keep = std::min(shared, static_cast<int>(prompt.size()) - 1);  // the last token is computed: its logits are the answer
         if (fault_ == "reused-prefix-too-long" && shared == static_cast<int>(prompt.size())) keep = shared;  // planted: all kept
         if (keep > 0) {
-          llama_memory_seq_cp(mem, pool_[best].seq, row, 0, keep);
-          llama_memory_seq_rm(mem, pool_[best].seq, -1, -1);
+          seq_cp(pool_[best].seq, row, 0, keep);
+          seq_rm(pool_[best].seq, -1, -1);
           pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(best));  // the slot is taken, as llama-server's is
           pos_[row] = keep;
           fed_[row].assign(prompt.begin(), prompt.begin() + keep);
@@ -403,18 +423,16 @@ class Engine {
     int d = 0;
     while (d < kMaxRows && live_[d]) ++d;
     if (d == kMaxRows) throw std::runtime_error("more than " + std::to_string(kMaxRows) + " rows");
-    llama_memory_t mem = llama_get_memory(ctx_);
-    llama_memory_seq_rm(mem, d, -1, -1);
-    llama_memory_seq_rm(mem, kMaxRows + d, -1, -1);
+    seq_rm(d, -1, -1);
+    seq_rm(kMaxRows + d, -1, -1);
     return d;
   }
 
   int fork(int row) {
     checked_row(row);
     const int d = free_row();
-    llama_memory_t mem = llama_get_memory(ctx_);
-    llama_memory_seq_cp(mem, row, d, -1, -1);
-    llama_memory_seq_cp(mem, kMaxRows + row, kMaxRows + d, -1, -1);
+    seq_cp(row, d, -1, -1);
+    seq_cp(kMaxRows + row, kMaxRows + d, -1, -1);
     pos_[d] = pos_[row];
     prompt_[d] = prompt_[row];
     live_[d] = true;
@@ -427,14 +445,13 @@ class Engine {
   void truncate(int row, int n) {
     checked_row(row);
     if (n < 0 || n > pos_[row]) throw std::runtime_error("cannot drop " + std::to_string(n) + " tokens");
-    llama_memory_t mem = llama_get_memory(ctx_);
     pos_[row] -= n;
     fed_[row].resize(std::min(fed_[row].size(), static_cast<size_t>(pos_[row])));
-    llama_memory_seq_rm(mem, row, pos_[row], -1);
+    seq_rm(row, pos_[row], -1);
     if (fault_ == "rollback-forgets-the-window") return;  // planted: the evicted entries stay gone
     const int lo = std::max(0, pos_[row] - context_);
-    llama_memory_seq_cp(mem, kMaxRows + row, row, lo, pos_[row]);
-    llama_memory_seq_rm(mem, kMaxRows + row, lo, -1);
+    seq_cp(kMaxRows + row, row, lo, pos_[row]);
+    seq_rm(kMaxRows + row, lo, -1);
   }
 
   // Several tokens appended to `row` in one llama_decode (micro-batched by n_ubatch): the last one's logits.
@@ -444,7 +461,7 @@ class Engine {
     if (pos_[row] + static_cast<int>(ids.size()) > context_) throw std::runtime_error("a chunk must end inside the window");
     json out = decode({row}, json::array({ids}));
     if (fault_ == "extend-last-token-dropped") {  // planted: the chunk's last cell never stays in the cache
-      llama_memory_seq_rm(llama_get_memory(ctx_), row, pos_[row] - 1, -1);
+      seq_rm(row, pos_[row] - 1, -1);
       --pos_[row];
       fed_[row].pop_back();
     }
@@ -457,9 +474,18 @@ class Engine {
     std::string raw(n, '\0');
     if (llama_state_seq_get_data(ctx_, reinterpret_cast<uint8_t*>(raw.data()), n, seq) != n)
       throw std::runtime_error("llama_state_seq_get_data wrote another size than it said");
+    if (trace_.is_open()) {  // a state put back later is named by its bytes (equal bytes: either buffer)
+      state_buffers_[raw] = next_buffer_;
+      trace({{"call", "state_get"}, {"seq", seq}, {"buffer", next_buffer_++}});
+    }
     return raw;
   }
   void put_seq_state(const char* data, size_t n, int seq) {
+    if (trace_.is_open()) {
+      const auto b = state_buffers_.find(std::string(data, n));
+      if (b == state_buffers_.end()) throw std::runtime_error("the trace cannot name a state this process did not save");
+      trace({{"call", "state_set"}, {"seq", seq}, {"buffer", b->second}});
+    }
     if (llama_state_seq_set_data(ctx_, reinterpret_cast<const uint8_t*>(data), n, seq) == 0)
       throw std::runtime_error("llama_state_seq_set_data refused the state");
   }
@@ -471,17 +497,16 @@ class Engine {
     checked_row(row);
     int from = row;
     if (fault_ == "state-saved-in-part") {  // planted: the row's oldest 16 cells are left out of its state
-      llama_memory_t mem = llama_get_memory(ctx_);
-      llama_memory_seq_rm(mem, kScratch, -1, -1);
-      llama_memory_seq_cp(mem, row, kScratch, -1, -1);
-      llama_memory_seq_rm(mem, kScratch, 0, std::max(0, pos_[row] - context_) + 16);
+        seq_rm(kScratch, -1, -1);
+      seq_cp(row, kScratch, -1, -1);
+      seq_rm(kScratch, 0, std::max(0, pos_[row] - context_) + 16);
       from = kScratch;
     }
     const std::string cells = seq_state(from);
     const std::string shadow = fault_ == "state-saved-without-history" ? std::string() : seq_state(kMaxRows + row);
     const int32_t head[4] = {pos_[row], prompt_[row], static_cast<int32_t>(cells.size()), 0};
     const std::string raw = std::string(reinterpret_cast<const char*>(head), sizeof head) + cells + shadow;
-    if (from == kScratch) llama_memory_seq_rm(llama_get_memory(ctx_), kScratch, -1, -1);
+    if (from == kScratch) seq_rm(kScratch, -1, -1);
     return base64(raw);
   }
 
@@ -509,8 +534,7 @@ class Engine {
     if (keep < 0 || discard < 1 || keep + discard > pos_[row])
       throw std::runtime_error("cannot drop " + std::to_string(discard) + " after the first " + std::to_string(keep));
     if (pos_[row] > context_) throw std::runtime_error("a shift needs every cell of the row (inside the window)");
-    llama_memory_t mem = llama_get_memory(ctx_);
-    if (!llama_memory_can_shift(mem)) throw std::runtime_error("this llama.cpp memory cannot shift positions");
+    if (!llama_memory_can_shift(llama_get_memory(ctx_))) throw std::runtime_error("this llama.cpp memory cannot shift positions");
     // A cell of a unified cache may belong to several sequences (seq_cp shares it: a fork, a reused
     // prefix, the prompt pool), and llama_memory_seq_add moves the cell - its position and, at the
     // K-shift, its key - for every one of them: a shifted fork would shift its parent. Measured on
@@ -520,13 +544,13 @@ class Engine {
     // state put back into fresh cells (llama_state_seq_*; the other sequences keep the old ones).
     if (fault_ != "shift-shares-cells") {  // planted: the shared cells move for every sequence
       const std::string own = seq_state(row);
-      llama_memory_seq_rm(mem, row, -1, -1);
+      seq_rm(row, -1, -1);
       put_seq_state(own.data(), own.size(), row);
     }
-    llama_memory_seq_rm(mem, row, keep, keep + discard);
-    llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);  // nothing before the shift comes back
+    seq_rm(row, keep, keep + discard);
+    seq_rm(kMaxRows + row, -1, -1);  // nothing before the shift comes back
     if (fault_ == "shift-not-renumbered") return;      // planted: the later cells keep their positions
-    llama_memory_seq_add(mem, row, keep + discard, -1, -discard);
+    seq_add(row, keep + discard, -1, -discard);
     pos_[row] -= discard;
     prompt_[row] = std::min(prompt_[row], keep);
     auto& f = fed_[row];  // the kept later cells were computed beside the dropped tokens: not a cold run's
@@ -536,21 +560,20 @@ class Engine {
 
   void release(int row) {
     checked_row(row);
-    llama_memory_t mem = llama_get_memory(ctx_);
     if (protocol_ >= 3 && pos_[row] > 0 && pos_[row] <= context_) {  // kept for a later prompt that shares its prefix
       int seq = 2 * kMaxRows;
       if (static_cast<int>(pool_.size()) == kPool) {  // the oldest gives up its sequence
         seq = pool_.front().seq;
-        llama_memory_seq_rm(mem, seq, -1, -1);
+        seq_rm(seq, -1, -1);
         pool_.erase(pool_.begin());
       } else {
         while (std::any_of(pool_.begin(), pool_.end(), [&](const Released& r) { return r.seq == seq; })) ++seq;
       }
-      llama_memory_seq_cp(mem, row, seq, -1, -1);
+      seq_cp(row, seq, -1, -1);
       pool_.push_back({seq, fed_[row]});
     }
-    llama_memory_seq_rm(mem, row, -1, -1);
-    llama_memory_seq_rm(mem, kMaxRows + row, -1, -1);
+    seq_rm(row, -1, -1);
+    seq_rm(kMaxRows + row, -1, -1);
     live_[row] = false;
   }
 
@@ -734,11 +757,18 @@ class Engine {
       last[b] = k - 1;
     }
     batch.n_tokens = total;
+    if (trace_.is_open()) {  // a segment per row: its tokens at consecutive positions, logits of the last
+      json segments = json::array();
+      for (size_t b = 0, at = 0; b < rows.size(); at += ids[b].size(), ++b)
+        segments.push_back({{"seq", rows[b]}, {"pos", batch.pos[at]}, {"tokens", ids[b]}});
+      trace({{"call", "decode"}, {"segments", segments}});
+    }
     const int rc = llama_decode(ctx_, batch);
     llama_batch_free(batch);
     if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
     json out = json::array();
     for (size_t b = 0; b < rows.size(); ++b) {
+      trace({{"call", "logits"}, {"i", last[b]}, {"answer_row", b}});
       const float* l = llama_get_logits_ith(ctx_, last[b]);
       if (!l) throw std::runtime_error("no logits for row " + std::to_string(rows[b]));
       out.push_back(std::vector<float>(l, l + n_vocab_));
@@ -751,17 +781,37 @@ class Engine {
   // shadow (for a rollback), which keeps the newest kRollback of them.
   void trim(int b) {
     if (fault_ == "never-trimmed") return;
-    llama_memory_t mem = llama_get_memory(ctx_);
     const int keep = fault_ == "one-entry-too-few" ? context_ - 1 : context_;
     if (pos_[b] <= keep) return;
     if (fault_ == "context-shift-keeps-prompt") {  // the prompt stays; the oldest tokens after it go
-      llama_memory_seq_rm(mem, b, prompt_[b], pos_[b] - keep + prompt_[b]);
+      seq_rm(b, prompt_[b], pos_[b] - keep + prompt_[b]);
       return;
     }
     const int shadow = kMaxRows + b, cut = pos_[b] - keep;
-    llama_memory_seq_cp(mem, b, shadow, 0, cut);
-    llama_memory_seq_rm(mem, b, 0, cut);
-    if (cut > kRollback) llama_memory_seq_rm(mem, shadow, 0, cut - kRollback);
+    seq_cp(b, shadow, 0, cut);
+    seq_rm(b, 0, cut);
+    if (cut > kRollback) seq_rm(shadow, 0, cut - kRollback);
+  }
+
+  // llama.cpp's memory calls, traced.
+  void clear() {
+    trace({{"call", "memory_clear"}});
+    llama_memory_clear(llama_get_memory(ctx_), true);
+  }
+  void seq_rm(int seq, int p0, int p1) {
+    trace({{"call", "seq_rm"}, {"seq", seq}, {"p0", p0}, {"p1", p1}});
+    llama_memory_seq_rm(llama_get_memory(ctx_), seq, p0, p1);
+  }
+  void seq_cp(int src, int dst, int p0, int p1) {
+    trace({{"call", "seq_cp"}, {"src", src}, {"dst", dst}, {"p0", p0}, {"p1", p1}});
+    llama_memory_seq_cp(llama_get_memory(ctx_), src, dst, p0, p1);
+  }
+  void seq_add(int seq, int p0, int p1, int delta) {
+    trace({{"call", "seq_add"}, {"seq", seq}, {"p0", p0}, {"p1", p1}, {"delta", delta}});
+    llama_memory_seq_add(llama_get_memory(ctx_), seq, p0, p1, delta);
+  }
+  void trace(const json& line) {
+    if (trace_.is_open()) trace_ << line.dump() << "\n" << std::flush;
   }
 
   void unload() {
@@ -785,6 +835,10 @@ class Engine {
   std::vector<Released> pool_;  // released rows kept for prefix reuse, oldest first
   int protocol_ = 2;            // what hello agreed on
   std::string arch_ = "gptneox";  // the loaded model's llama.cpp architecture
+  std::ofstream trace_;           // TINYGPT_LLAMA_TRACE's file, when set
+  int traced_requests_ = 0;
+  std::map<std::string, int> state_buffers_;  // a traced state's bytes -> its buffer in the trace
+  int next_buffer_ = 0;
 };
 
 constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -849,7 +903,14 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  Engine engine(fault);
+  std::unique_ptr<Engine> own;
+  try {
+    own = std::make_unique<Engine>(fault);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "llama.cpp adapter: %s\n", e.what());
+    return 2;
+  }
+  Engine& engine = *own;
   for (std::string line; std::getline(std::cin, line);) {
     if (line.empty()) continue;
     json answer;
@@ -857,6 +918,7 @@ int main(int argc, char** argv) {
       const json req = json::parse(line);
       const std::string op = req.value("op", "");
       if (op == "quit") break;
+      engine.trace_request(op);
       if (op == "hello") answer = engine.hello(req);
       else if (op == "load") engine.load(req), answer = {{"ok", true}, {"deviations", engine.deviations()}};
       else if (op == "reset") engine.reset(), answer = {{"ok", true}};

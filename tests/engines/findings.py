@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Replays one docs/findings/ bundle against an engine: writes the model with the bundle's export command
 into a copy of the folder, runs its repro.py with --engine, and passes while the finding is there (repro.py
-exits 1, naming the same request). Fails when the engine answers right (a fix: the finding's docs are
-stale) or cannot run the bundle.
+exits 1, naming the same request). Where the bundle carries repro.c (llama.cpp's calls as a C program),
+it is built against the libraries beside the adapter (engines/llama.cpp/repro_c.py run) and must fail at
+the same request too: the bug is llama.cpp's, not the adapter's; and, where ci/engines.sh set up Debian
+forky's llama.cpp 0.7 (.engines/llama.cpp-0.7 and its chroot), built against that release and run in
+the chroot, where it must fail as well (else it says so: the finding is fixed there). Fails when the
+engine answers right (a fix: the finding's docs are stale) or cannot run the bundle.
 
 usage: findings.py TINYGPT PROJECT_ROOT FINDING ENGINE
 """
@@ -38,7 +42,24 @@ def main():
             sys.exit("FAIL: the engine answers every request of %s right: the finding is fixed, its report is stale" % finding)
         if rep.returncode != 1 or want not in rep.stdout:
             sys.exit("FAIL: repro.py exited %d without '%s'\n%s" % (rep.returncode, want, rep.stderr[-2000:]))
-    print("PASS: %s still reproduces" % finding)
+        if os.path.isfile(os.path.join(here, "repro.c")):
+            tool = [sys.executable, os.path.join(root, "engines", "llama.cpp", "repro_c.py"), "run", here, "--adapter", engine]
+            releases = [("the adapter's llama.cpp", [])]
+            forky, v07 = os.path.join(root, ".engines", "forky-root"), os.path.join(root, ".engines", "llama.cpp-0.7", "include")
+            if os.path.isfile(os.path.join(forky, "versions.txt")) and os.path.isdir(v07) and os.geteuid() == 0:
+                releases.append(("llama.cpp 0.7 (Debian forky)", ["--include", v07, "--libs", os.path.join(os.path.realpath(forky), "usr", "lib", "x86_64-linux-gnu"),
+                                                                 "--foreign", "--run-with", os.path.join(root, "engines", "forky", "run.sh")]))
+            else:
+                print("repro.c on llama.cpp 0.7: not run (no forky chroot with llama.cpp 0.7 from ci/engines.sh, or not root)")
+            for what, more in releases:
+                c = subprocess.run(tool + more, capture_output=True, text=True)
+                sys.stdout.write(c.stdout)
+                if c.returncode == 0:
+                    sys.exit("FAIL: repro.c passes on %s: the finding is fixed there (or the adapter's calls differ from its trace)" % what)
+                if c.returncode != 1 or want not in c.stdout:
+                    sys.exit("FAIL: repro.c on %s exited %d without '%s'\n%s" % (what, c.returncode, want, c.stderr[-2000:]))
+                print("repro.c on %s: fails as reported" % what)
+    print("PASS: %s still reproduces%s" % (finding, " (repro.py and repro.c)" if os.path.isfile(os.path.join(src, "repro.c")) else ""))
 
 
 if __name__ == "__main__":
