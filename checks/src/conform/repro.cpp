@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -100,7 +101,7 @@ Calls calls_of(const Transcript& t, int protocol) {
       if (it == state_handle.end()) throw std::runtime_error("it restores a state saved in another process");
       c.request["state"] = it->second;
       made(c, a.value("row", json()));
-    } else if (op != "threads") {  // extend, fork, truncate, release, save, shift: one row
+    } else if (op != "threads" && op != "generate") {  // extend, fork, truncate, release, save, shift: one row
       c.request["row"] = name(c.request.value("row", json()));
       if (op == "fork") made(c, a.value("row", json()));
       if (op == "release") live.erase(std::remove(live.begin(), live.end(), c.request["row"].get<std::string>()), live.end());
@@ -169,6 +170,44 @@ bool batch_path(const Calls& calls) {
   return true;
 }
 
+// A `generate` request's sequences as sent (docs/protocol.md). std::invalid_argument where our model
+// would not take them: no requests, an empty prompt or one longer than the window, ids outside the
+// vocabulary, a request waiting on one the call does not hold, a sequence that outgrows the window
+// without `keep`.
+std::vector<ServedRequest> generate_requests(const json& q, int64_t V, int64_t ctx) {
+  std::vector<ServedRequest> out;
+  std::set<int64_t> ids;
+  const json& rs = q.at("requests");
+  if (!rs.is_array() || rs.empty()) throw std::invalid_argument("a generate of no requests");
+  for (const json& r : rs) {
+    ServedRequest x;
+    x.id = r.at("id").get<int64_t>();
+    x.prompt = r.at("ids").get<std::vector<int64_t>>();
+    x.n = r.at("n").get<int64_t>();
+    x.after = r.value("after", int64_t{0});
+    x.after_finished = r.value("after_finished", std::vector<int64_t>{});
+    x.copies = r.value("copies", int64_t{1});
+    x.keep = r.value("keep", int64_t{-1});
+    const int64_t T0 = static_cast<int64_t>(x.prompt.size());
+    if (T0 < 1 || T0 > ctx || x.n < 1 || x.copies < 1) throw std::invalid_argument("a generate request of no tokens, too many, or no copies");
+    if (x.keep < 0 && T0 + x.n - 1 > ctx) throw std::invalid_argument("a generate request past the window without keep");
+    for (int64_t id : x.prompt)
+      if (id < 0 || id >= V) throw std::invalid_argument("an id outside the vocabulary");
+    if (!ids.insert(x.id).second) throw std::invalid_argument("two generate requests of one id");
+    out.push_back(std::move(x));
+  }
+  for (const ServedRequest& x : out)
+    for (int64_t f : x.after_finished)
+      if (!ids.count(f)) throw std::invalid_argument("a generate request waiting on one the call does not hold");
+  return out;
+}
+
+// How many of a sequence's ids a replay judges: all of them, or for a request that may shift its
+// context, those chosen while the sequence still fits the window (the engine decides how to shift).
+int64_t judged_ids(const ServedRequest& x, int64_t ctx) {
+  return x.keep < 0 ? x.n : std::min<int64_t>(x.n, ctx - static_cast<int64_t>(x.prompt.size()) + 1);
+}
+
 // Our model's answers: a ModelTarget of the series' cache, driven by the same calls.
 class Oracle {
  public:
@@ -176,7 +215,7 @@ class Oracle {
   // `batch`: the calls are one batch after each reset (batch_path()), answered through the target's own
   // prefill and step - the decode path a policy's fault is planted in - instead of its rows.
   Oracle(GPT model, int protocol, const CacheVariant& variant = cache_registry().get(kSeriesCache), bool batch = false)
-      : model_(model), target_(model, variant), protocol_(protocol), batch_(batch) {}
+      : model_(model), variant_(&variant), target_(model, variant), protocol_(protocol), batch_(batch) {}
 
   // Our model's answer to `c`: the logits (R, V) of a prefill, step or extend, undefined otherwise.
   // Throws when the request is not one our model takes (a candidate that dropped what it needs).
@@ -194,6 +233,7 @@ class Oracle {
       return {};
     }
     if (op == "threads") return {};
+    if (op == "generate") return generate(q);
     if (batch_ && op == "prefill") {  // (B, T) -> (B, V)
       const auto prompts = id_lists(q.at("ids"));
       for (const auto& p : prompts) ids_ok(p);
@@ -272,12 +312,37 @@ class Oracle {
   }
 
  private:
+  // Each sequence of a generate (requests in order, copies in order) decoded alone and greedily on a
+  // cache of its own: what each id it judges was chosen from, (S, n, V), NaN past what is judged.
+  at::Tensor generate(const json& q) {
+    const int64_t V = model_->config().vocab_size, ctx = model_->config().context;
+    const std::vector<ServedRequest> rs = generate_requests(q, V, ctx);
+    int64_t n_max = 1, S = 0;
+    for (const ServedRequest& x : rs) n_max = std::max(n_max, judged_ids(x, ctx)), S += x.copies;
+    at::Tensor out = at::full({S, n_max, V}, std::numeric_limits<float>::quiet_NaN());
+    int64_t s = 0;
+    for (const ServedRequest& x : rs) {
+      ModelTarget alone(model_, *variant_);
+      alone.reset();
+      at::Tensor next = alone.prefill(at::tensor(x.prompt, at::kLong).unsqueeze(0));  // (1, V)
+      const int64_t m = judged_ids(x, ctx);
+      at::Tensor seq = at::empty({m, V});
+      for (int64_t i = 0; i < m; ++i) {
+        seq[i].copy_(next[0].to(at::kFloat));
+        if (i + 1 < m) next = alone.step(next.argmax(-1).view({1, 1}));
+      }
+      for (int64_t k = 0; k < x.copies; ++k, ++s) out[s].narrow(0, 0, m).copy_(seq);
+    }
+    return out;  // (S, n_max, V)
+  }
+
   int64_t id(const std::string& h) const {
     const auto it = ids_.find(h);
     if (it == ids_.end()) throw std::invalid_argument("a request naming row " + h + ", which is not live");
     return it->second;
   }
   GPT model_;
+  const CacheVariant* variant_;
   ModelTarget target_;
   int protocol_;
   bool batch_;
@@ -303,6 +368,34 @@ struct Replay {
   std::optional<Wrong> wrong;
   std::vector<at::Tensor> expected;  // our answer per call (undefined: no logits)
 };
+
+// A generate's sequences against ours (`expected`, (S, n, V) with NaN past what is judged): each id our
+// greedy choice, or one whose logit is within twice the bound of it (a near tie, either side off by the
+// bound: from there the sequences part and the rest of it is not judged). The first id over that, as a
+// "differs" Wrong (row: the sequence, id: the id's index, got/want: the ids, diff: our margin), or
+// nullopt. `chose(s, i)`: the id sequence s chose at i.
+std::optional<Wrong> generate_ids_wrong(const std::vector<ServedRequest>& rs, const at::Tensor& expected, double bound,
+                                        const std::function<int64_t(int64_t, int64_t)>& chose, int64_t ctx) {
+  int64_t s = 0;
+  for (const ServedRequest& x : rs)
+    for (int64_t k = 0; k < x.copies; ++k, ++s)
+      for (int64_t i = 0; i < judged_ids(x, ctx); ++i) {
+        const at::Tensor row = expected[s][i];
+        const int64_t want = row.argmax().item<int64_t>(), got = chose(s, i);
+        if (got == want) continue;
+        const double margin = (row[want] - row[got]).item<double>();
+        if (margin <= 2 * bound) break;  // a near tie: either may be chosen, and the sequences part here
+        Wrong w;
+        w.op = "generate", w.kind = "differs", w.diff = margin, w.row = s, w.id = i, w.got = static_cast<double>(got),
+        w.want = static_cast<double>(want);
+        w.text = "request " + std::to_string(x.id) + (x.copies > 1 ? " copy " + std::to_string(k) : std::string()) + " chose id " +
+                 std::to_string(got) + " as its id " + std::to_string(i) + " (position " + std::to_string(x.prompt.size() + i) +
+                 ") where the reference chooses " + std::to_string(want) + ", whose logit is " + sci(margin) +
+                 " above the chosen one's (more than twice the bound " + sci(bound) + ")";
+        return w;
+      }
+  return std::nullopt;
+}
 
 // The answers of our model through `variant` (the series' cache by default) to `calls`: the logits of
 // each prefill, step and extend, undefined for the rest; nullopt when it refuses one.
@@ -361,6 +454,24 @@ Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine
       return r;
     }
     try {
+      if (c.op() == "generate") {  // the sequences it was asked for, each of n ids; the ids judged against ours
+        const std::vector<ServedRequest> rs = generate_requests(q, V, model->config().context);
+        const std::vector<ServedResult> got = answer_served(a, rs, V);
+        std::map<std::pair<int64_t, int64_t>, const ServedResult*> by;
+        for (const ServedResult& x : got) by[{x.id, x.copy}] = &x;
+        std::vector<const ServedResult*> in_order;
+        for (const ServedRequest& x : rs)
+          for (int64_t k = 0; k < x.copies; ++k) in_order.push_back(by.count({x.id, k}) ? by[{x.id, k}] : nullptr);
+        for (size_t k = 0; k < in_order.size(); ++k)
+          if (!in_order[k]) throw WrongAnswer("'generate' answered without a sequence it was asked for");
+        const auto chose = [&](int64_t seq, int64_t at) { return in_order[static_cast<size_t>(seq)]->ids[static_cast<size_t>(at)]; };
+        if (std::optional<Wrong> w = generate_ids_wrong(rs, r.expected[i], bound, chose, model->config().context)) {
+          w->index = i;
+          r.wrong = w;
+          return r;
+        }
+        continue;
+      }
       if (r.expected[i].defined()) {
         const at::Tensor got = answer_logits(a, r.expected[i].size(0), V, c.op());  // (R, V)
         const at::Tensor d = (got - r.expected[i]).abs();
@@ -412,6 +523,7 @@ struct FaultWrong {
   std::string kind;
   double diff = 0;    // differs: its |diff| from ours there
   at::Tensor answer;  // differs: its logits there (R, V)
+  int64_t seq = -1, at = -1, chose = -1;  // differs in a generate: the sequence, the id's index, the id it chose
 };
 std::optional<FaultWrong> fault_first_wrong(const Calls& calls, const std::vector<at::Tensor>& expected, GPT& model, int protocol,
                                             const CacheVariant& f, double bound) {
@@ -426,7 +538,13 @@ std::optional<FaultWrong> fault_first_wrong(const Calls& calls, const std::vecto
     } catch (const std::exception&) {
       return FaultWrong{i, "refused", 0, {}};
     }
-    if (got.defined() && expected[i].defined()) {
+    if (got.defined() && expected[i].defined() && calls[i].op() == "generate") {  // its own greedy ids against ours
+      const int64_t ctx = model->config().context;
+      const std::vector<ServedRequest> rs = generate_requests(calls[i].request, model->config().vocab_size, ctx);
+      const auto chose = [&](int64_t seq, int64_t at) { return got[seq][at].argmax().item<int64_t>(); };
+      if (const std::optional<Wrong> w = generate_ids_wrong(rs, expected[i], bound, chose, ctx))
+        return FaultWrong{i, "differs", w->diff, {}, w->row, w->id, static_cast<int64_t>(w->got)};
+    } else if (got.defined() && expected[i].defined()) {
       const double diff = (got - expected[i]).abs().max().item<double>();
       if (!(diff <= bound)) return FaultWrong{i, "differs", diff, got};
     }
@@ -457,6 +575,8 @@ std::vector<Match> catalogue_matches(const Calls& calls, const std::vector<at::T
     if (fw->index == w.index && fw->kind == "refused") distance = 0;
     if (fw->index == w.index && fw->kind == "differs" && w.answer.defined() && w.answer.sizes() == fw->answer.sizes())
       distance = (fw->answer - w.answer).abs().max().item<double>();
+    if (fw->index == w.index && w.op == "generate" && fw->seq == w.row && fw->at == w.id && fw->chose == static_cast<int64_t>(w.got))
+      distance = 0;  // the same id chosen wrongly in the same place
     out.push_back({f, fw->diff, distance, fw->index, fw->kind});
   }
   std::stable_sort(out.begin(), out.end(), [](const Match& a, const Match& b) { return a.distance < b.distance; });
@@ -587,6 +707,19 @@ std::vector<std::string> describe(const Calls& calls, int protocol) {
       s << "reset";
     } else if (op == "threads") {
       s << "threads " << q.value("n", 0);
+    } else if (op == "generate") {
+      s << "generate " << count(q["requests"].size(), "request") << ":";
+      bool first = true;
+      for (const json& r : q["requests"]) {
+        s << (first ? " " : "; ") << r.value("id", int64_t{0}) << " (" << r["ids"].size() << "-token prompt, "
+          << r.value("n", int64_t{0}) << " ids";
+        if (r.value("copies", int64_t{1}) > 1) s << ", " << r.value("copies", int64_t{1}) << " copies";
+        if (r.value("after", int64_t{0}) > 0) s << ", after " << r.value("after", int64_t{0}) << " tokens";
+        if (r.contains("after_finished") && !r["after_finished"].empty()) s << ", after request " << r["after_finished"][0] << " finished";
+        if (r.contains("keep")) s << ", keep " << r["keep"];
+        s << ")";
+        first = false;
+      }
     } else if (op == "prefill") {
       if (protocol < 2) pos.clear();
       s << "prefill " << count(q["ids"].size(), "row") << ":";
@@ -634,6 +767,7 @@ std::vector<std::string> describe(const Calls& calls, int protocol) {
 std::string wrong_line(const Wrong& w, const std::vector<std::string>& says, double bound) {
   const std::string where = "request " + std::to_string(w.index + 1) + " (" + says.at(w.index) + ")";
   char b[200];
+  if (w.kind == "differs" && w.op == "generate") return "the answer to " + where + " is wrong: " + w.text;
   if (w.kind == "differs") {
     std::snprintf(b, sizeof b, "logit %lld of answer row %lld is %.6g where the reference has %.6g: |diff| %s > %s",
                   static_cast<long long>(w.id), static_cast<long long>(w.row), w.got, w.want, sci(w.diff).c_str(), sci(bound).c_str());
@@ -798,6 +932,7 @@ class Shrinker {
       // that are not steps (a save or fork between a prefill and its steps keeps them from folding).
       drop_rows();
       drop_non_steps();
+      drop_generate_requests();
       collapse_rows();
       fold_steps();
       drop_chunks();
@@ -823,11 +958,16 @@ class Shrinker {
     return true;
   }
 
+  // The tokens a sequence has an engine read or write: its prompts, and a generate's prompts and ids.
   static int64_t tokens(const Calls& c) {
     int64_t n = 0;
-    for (const Call& x : c)
+    for (const Call& x : c) {
       if (x.op() == "prefill")
         for (const json& p : x.request["ids"]) n += static_cast<int64_t>(p.size());
+      if (x.op() == "generate")
+        for (const json& r : x.request["requests"])
+          n += (static_cast<int64_t>(r["ids"].size()) + r.value("n", int64_t{0})) * r.value("copies", int64_t{1});
+    }
     return n;
   }
 
@@ -855,6 +995,27 @@ class Shrinker {
           for (size_t r = 0; r < c[i].creates.size(); ++r) c[i].request["ids"][r].push_back(best_[i + k].request["ids"][r][0]);
         c.erase(c.begin() + static_cast<std::ptrdiff_t>(i + 1), c.begin() + static_cast<std::ptrdiff_t>(i + 1 + n));
         n = keeps(c) ? std::min(n, foldable()) : n / 2;
+      }
+    }
+  }
+
+  // Each request of a generate dropped on its own (and every wait on it), last first.
+  void drop_generate_requests() {
+    for (size_t i = 0; i < best_.size() && !out_of_time(); ++i) {
+      if (best_[i].op() != "generate") continue;
+      for (size_t j = best_[i].request["requests"].size(); j-- > 0 && !out_of_time();) {
+        if (i >= best_.size() || best_[i].op() != "generate" || best_[i].request["requests"].size() < 2) break;
+        if (j >= best_[i].request["requests"].size()) continue;
+        Calls c = best_;
+        json& rs = c[i].request["requests"];
+        const json gone = rs[j].value("id", json());
+        rs.erase(rs.begin() + static_cast<std::ptrdiff_t>(j));
+        for (json& r : rs)
+          if (r.contains("after_finished")) {
+            json& waits = r["after_finished"];
+            waits.erase(std::remove(waits.begin(), waits.end(), gone), waits.end());
+          }
+        keeps(c);
       }
     }
   }
@@ -975,6 +1136,33 @@ class Shrinker {
   std::vector<Calls> checkpoints_;
 };
 
+// A generate's expected sequences for repro.py: per sequence its request id, copy and n, and per id
+// judged our choice and the ids within twice the bound of it ([id, our margin]: a near tie either way).
+json generate_expect(const json& request, const at::Tensor& expected, double bound, GPT& model) {
+  const int64_t ctx = model->config().context;
+  json out = json::array();
+  int64_t s = 0;
+  for (const ServedRequest& x : generate_requests(request, model->config().vocab_size, ctx))
+    for (int64_t k = 0; k < x.copies; ++k, ++s) {
+      json ids = json::array(), near = json::array();
+      for (int64_t i = 0; i < judged_ids(x, ctx); ++i) {
+        const at::Tensor row = expected[s][i].to(at::kDouble);
+        const int64_t want = row.argmax().item<int64_t>();
+        const double top = row[want].item<double>();
+        json ties = json::array();
+        const at::Tensor close = (row >= top - 2 * bound).nonzero().flatten();
+        for (int64_t j = 0; j < close.size(0); ++j) {
+          const int64_t id = close[j].item<int64_t>();
+          if (id != want) ties.push_back({id, top - row[id].item<double>()});
+        }
+        ids.push_back(want);
+        near.push_back(ties);
+      }
+      out.push_back({{"id", x.id}, {"copy", k}, {"n", x.n}, {"ids", ids}, {"near", near}});
+    }
+  return out;
+}
+
 json tensor_rows(const at::Tensor& t) {  // (R, V) float -> [[...], ...]
   const at::Tensor c = t.to(at::kCPU).to(at::kFloat).contiguous();
   json out = json::array();
@@ -1019,17 +1207,24 @@ std::string report_md(const ReproSetup& s, const Calls& calls, const std::vector
     << "speaks the line protocol of docs/protocol.md (one JSON object per line on its stdin and stdout), loads `" << model_name
     << "`, sends the requests, compares every answer's logits with the stored ones, and prints the first difference. "
     << "Exit 2: the engine could not be started or loaded.\n\n";
+  if (std::any_of(calls.begin(), calls.end(), [](const Call& c) { return c.op() == "generate"; }))
+    m << "A `generate` (sequences the engine schedules itself) is judged by its ids: every sequence asked for comes back with its "
+      << "`n` ids, each the reference's greedy choice over that sequence alone or one within twice the bound of it (a near tie, "
+      << "after which that sequence is not judged further). Where a request may shift its context (`keep`), the ids chosen once "
+      << "the sequence outgrows the window are counted, not judged: how far to shift is the engine's choice.\n\n";
   if (!s.export_command.empty()) m << "The model file is written again by `" << s.export_command << "`.\n\n";
   m << "## The requests\n\n";
   const size_t shown = std::min<size_t>(calls.size(), 60);
   for (size_t i = 0; i < shown; ++i) m << i + 1 << ". " << says[i] << (i == w.index ? "  <- the first wrong answer" : "") << "\n";
   if (shown < calls.size()) m << "\n(" << calls.size() - shown << " more in requests.json)\n";
-  m << "\nRows are named `@0`, `@1`, ... in the order the engine's answers made them; repro.py sends the ids the engine gave.\n\n";
+  if (std::any_of(calls.begin(), calls.end(), [](const Call& c) { return !c.creates.empty(); }))
+    m << "\nRows are named `@0`, `@1`, ... in the order the engine's answers made them; repro.py sends the ids the engine gave.\n";
+  m << "\n";
   if (!res.diagnosis.empty()) m << "## What it looks like\n\n" << res.diagnosis << ".\n\n";
   m << "## How it was found\n\n";
   m << "The row `" << s.row << "` of `tinygpt conform` sent " << res.requests_before << " requests. Delta debugging - dropping "
     << "requests and rows, folding steps into the prompt, shortening prompts - with the reference's answers recomputed for every "
-    << "candidate, kept the same failure (the first wrong answer is to a `" << w.op << "`, " << (w.kind == "differs" ? "off by more than " + sci(s.bound) : w.kind)
+    << "candidate, kept the same failure (the first wrong answer is to a `" << w.op << "`, " << (w.kind == "differs" ? (w.op == "generate" ? "another id chosen" : "off by more than " + sci(s.bound)) : w.kind)
     << ") in " << calls.size() << " requests: " << res.candidates << " candidates replayed, " << static_cast<int>(res.seconds + 0.5) << " s.\n";
   return m.str();
 }
@@ -1038,7 +1233,7 @@ std::string report_md(const ReproSetup& s, const Calls& calls, const std::vector
 
 const std::vector<std::string>& replayed_operations() {
   static const std::vector<std::string> ops = {"reset", "prefill", "step",    "extend", "fork",   "truncate",
-                                               "release", "save", "restore", "shift", "threads"};
+                                               "release", "save", "restore", "shift", "threads", "generate"};
   return ops;
 }
 
@@ -1079,7 +1274,7 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
   if (!first) {
     res.why_not = "replayed on a fresh engine, its requests were all answered within " + sci(s.bound) +
                   " of our model (the row's failure needs what a replay does not carry: another process, the sampler, "
-                  "or a comparison of the engine with itself)";
+                  "a comparison of the engine with itself, or the ids a generate chose after a context shift of its own)";
     return res;
   }
   auto confirmed = [&](const Calls& c, Replay& out) {
@@ -1182,7 +1377,8 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
     json st = {{"request", best[i].request}, {"says", says[i]}};
     if (!best[i].creates.empty()) st["creates"] = best[i].creates;
     if (!best[i].saves.empty()) st["saves"] = best[i].saves;
-    if (confirm.expected[i].defined()) st["logits"] = tensor_rows(confirm.expected[i]);
+    if (confirm.expected[i].defined() && best[i].op() == "generate") st["expect"] = generate_expect(best[i].request, confirm.expected[i], s.bound, model);
+    else if (confirm.expected[i].defined()) st["logits"] = tensor_rows(confirm.expected[i]);
     steps.push_back(std::move(st));
   }
   json failure = {{"request", w.index + 1}, {"op", w.op}, {"kind", w.kind}, {"says", res.failure}};
