@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The shrink of `conform --repro` on every planted fault of the example engine and of the llama.cpp
-# adapter that a bundle can carry (faults of the requests a row sends by id; the sampler's, generate's
-# and speculate's cannot be replayed): each fault's rows run, a bundle per failing row, repro.py run on
+# adapter that a bundle can carry (faults of the requests a row sends by id and of generate's sequences;
+# the sampler's and speculate's cannot be replayed): each fault's rows run, a bundle per failing row, repro.py run on
 # the faulty and the correct engine (tests/conform/repro_bundle.py), and a markdown table of requests
 # before -> after on stdout - the table in docs/checks.md, "Reproductions". Each llama.cpp bundle is also
 # written as repro.c (engines/llama.cpp/repro_c.py) from the faulty adapter's calls and the correct one's,
@@ -56,6 +56,7 @@ reference|shift-keys-not-rotated|context-shift|--tokens 40
 reference|shift-off-by-one|context-shift|--tokens 40
 reference|rollback-keeps-one|rollback,churn|--tokens 40
 reference|threads-race|thread-counts|--tokens 40
+reference|joined-at-batch-position|served|--tokens 40
 llama.cpp|rope-permutation-skipped|tokens,logits|--tokens 40
 llama.cpp|no-reset|tokens,reset|--tokens 40
 llama.cpp|one-entry-too-few|window-reference|--tokens 300

@@ -5,8 +5,10 @@ exits 1, naming the same request). Where the bundle carries repro.c (llama.cpp's
 it is built against the libraries beside the adapter (engines/llama.cpp/repro_c.py run) and must fail at
 the same request too: the bug is llama.cpp's, not the adapter's; and, where ci/engines.sh set up Debian
 forky's llama.cpp 0.7 (.engines/llama.cpp-0.7 and its chroot), built against that release and run in
-the chroot, where it must fail as well (else it says so: the finding is fixed there). Fails when the
-engine answers right (a fix: the finding's docs are stale) or cannot run the bundle.
+the chroot, where it must fail as well (else it says so: the finding is fixed there). A bundle of
+another engine (requests.json's "engine" not the llama.cpp adapter: llama-server) is replayed against
+that command, from the repository root; where it cannot be started (no forky chroot) the test skips.
+Fails when the engine answers right (a fix: the finding's docs are stale) or cannot run the bundle.
 
 usage: findings.py TINYGPT PROJECT_ROOT FINDING ENGINE
 """
@@ -35,8 +37,13 @@ def main():
         run = subprocess.run([tinygpt] + export[1:], cwd=root, capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit("FAIL: the export command failed: %s" % run.stderr[-1000:])
-        rep = subprocess.run([sys.executable, os.path.join(here, "repro.py"), "--engine", engine], cwd=tmp, capture_output=True, text=True)
+        other = not spec["engine"].endswith("llama.cpp/adapter")
+        command = os.path.join(root, spec["engine"]) if other else engine
+        rep = subprocess.run([sys.executable, os.path.join(here, "repro.py"), "--engine", command], cwd=tmp, capture_output=True, text=True)
         sys.stdout.write(rep.stdout)
+        if other and rep.returncode == 2:
+            print("SKIP: %s could not be started here (%s)" % (spec["engine"], rep.stdout.strip().splitlines()[-1:] or rep.stderr[-300:]))
+            sys.exit(77)
         want = "FAIL request %d of %d" % (spec["failure"]["request"], len(spec["steps"]))
         if rep.returncode == 0:
             sys.exit("FAIL: the engine answers every request of %s right: the finding is fixed, its report is stale" % finding)

@@ -4,7 +4,10 @@
 This folder holds the model in the engine's format, requests.json (the requests, each with the logits
 the reference model answers) and REPORT.md. The script starts the engine's command through /bin/sh -c,
 speaks its line protocol (one JSON object per line on stdin and stdout: hello, load, then the
-requests), compares every answer's logits with the stored ones and prints the first difference.
+requests), compares every answer's logits with the stored ones and prints the first difference. A
+`generate` (sequences the engine schedules itself) is judged by its ids: every sequence asked for, n
+ids each, each id the reference's greedy choice or within twice the bound of it (a near tie, after
+which that sequence is not judged further).
 
 Exit 1 while the failure is there, 0 once every answer is within the bound, 2 when the engine cannot
 be started, greeted or loaded. Python 3's standard library only.
@@ -65,6 +68,33 @@ class EngineGone(Exception):
     pass
 
 
+def generate_wrong(answer, expect, bound):
+    """What is wrong with a generate's answer against the reference's sequences, or None."""
+    results = answer.get("results")
+    if not isinstance(results, list):
+        return "the answer has no \"results\""
+    got = {}
+    for r in results:
+        if isinstance(r, dict):
+            got[(r.get("id"), r.get("copy", 0))] = r.get("ids")
+    for e in expect:
+        name = "request %d%s" % (e["id"], " copy %d" % e["copy"] if e["copy"] else "")
+        ids = got.get((e["id"], e["copy"]))
+        if not isinstance(ids, list):
+            return "%s did not come back" % name
+        if len(ids) != e["n"]:
+            return "%s came back with %d ids of the %d asked for" % (name, len(ids), e["n"])
+        for i, (g, w) in enumerate(zip(ids, e["ids"])):
+            if g == w:
+                continue
+            ties = dict((t[0], t[1]) for t in e["near"][i])
+            if g in ties:
+                break  # a near tie: either may be chosen, and the sequences part here
+            return "%s chose id %r as its id %d where the reference chooses %d (the chosen one is not within %g of it)" % (
+                name, g, i, w, 2 * bound)
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", help="the engine's command line (default: the one the failure was found with)")
@@ -109,6 +139,11 @@ def main():
             if not answer.get("ok"):
                 print("FAIL %s: the engine refused it: %s" % (where, answer.get("error")))
                 return 1
+            if step.get("expect") is not None:
+                wrong = generate_wrong(answer, step["expect"], bound)
+                if wrong:
+                    print("FAIL %s: %s" % (where, wrong))
+                    return 1
             expected = step.get("logits")
             if expected is not None:
                 got = answer.get("logits")
