@@ -185,7 +185,8 @@ Command add_conform(CLI::App& app) {
             if (rep.diagnosis.ran()) std::cout << "diagnosis: " << rep.diagnosis.text << "\n";
             for (const auto& r : rep.repros) {
               if (r.ok())
-                std::cout << "repro: " << r.row << (r.sent_by.empty() ? "" : " (the requests of " + r.sent_by + ", whose run it judged)") << ": " << r.requests_before << " requests -> " << r.requests_after << " in " << r.dir
+                std::cout << "repro: " << r.row << (r.sent_by.empty() ? "" : " (the requests of " + r.sent_by + ", whose run it judged)")
+                          << (r.after.empty() ? "" : " (after the main run " + r.after + " sent)") << ": " << r.requests_before << " requests -> " << r.requests_after << " in " << r.dir
                           << " (python3 " << r.dir << "/repro.py; read " << r.dir << "/REPORT.md)\n  " << r.failure << "\n"
                           << (r.diagnosis.empty() ? std::string() : "  diagnosis from these requests: " + r.diagnosis + "\n");
               else

@@ -323,6 +323,8 @@ struct MirrorLabels {
 struct RowRequests {
   std::string row, sender;
   Transcript t;
+  std::string before_sender;  // the row that sent the main run, where this row sent requests after it
+  Transcript before;          // its requests: the engine's state when this row began may need them
 };
 
 // With `transcripts`, each failing row's requests are kept there.
@@ -385,8 +387,9 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
     if (!row.ok() && !rep.fatal) say("FAIL " + name + ": " + row.detail);
     if (transcripts && main_sender.empty() && !transcript.exchanges.empty()) main_run = transcript, main_sender = name;
     if (transcripts && !row.ok() && row.status != Status::Skipped) {
-      if (transcript.exchanges.empty() && !main_sender.empty()) transcripts->push_back({name, main_sender, main_run});
-      else transcripts->push_back({name, name, std::move(transcript)});
+      if (transcript.exchanges.empty() && !main_sender.empty()) transcripts->push_back({name, main_sender, main_run, "", {}});
+      else if (main_sender.empty() || main_sender == name) transcripts->push_back({name, name, std::move(transcript), "", {}});
+      else transcripts->push_back({name, name, std::move(transcript), main_sender, main_run});
     }
     rep.rows.push_back(row);
   }
@@ -493,7 +496,22 @@ std::vector<ReproResult> reproduce_rows(const ConformOptions& o, const std::vect
       res = it->second;
     } else {
       s.row = r.sender;
-      res = by_sender[r.sender] = reproduce(r.t, s, engine.model(), fresh, say);
+      res = reproduce(r.t, s, engine.model(), fresh, say);
+      // A row whose requests a fresh engine answers right may fail on what the engine kept from before
+      // it (a reset that keeps the main run's row): the main run's requests first, then its own.
+      if (!res.ok() && res.right_alone && !r.before.exchanges.empty() && !r.before.overflowed) {
+        say(r.sender + ": its requests pass on a fresh engine; again after the " + std::to_string(r.before.exchanges.size()) +
+            " requests of the main run (" + r.before_sender + ")");
+        Transcript both = r.before;
+        both.exchanges.insert(both.exchanges.end(), r.t.exchanges.begin(), r.t.exchanges.end());
+        both.overflowed = r.t.overflowed;
+        s.after_row = r.before_sender, s.after_requests = r.before.exchanges.size();
+        ReproResult again = reproduce(both, s, engine.model(), fresh, say);
+        s.after_row.clear(), s.after_requests = 0;
+        if (again.ok()) again.after = r.before_sender, res = again;
+        else if (again.right_alone) res.why_not += ", after the main run's requests too";
+      }
+      by_sender[r.sender] = res;
       if (!res.ok()) say(r.sender + ": no reproduction: " + res.why_not);
     }
     res.row = r.row;

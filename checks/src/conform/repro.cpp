@@ -270,6 +270,10 @@ class Oracle {
       const std::vector<std::string> hs = c.stepped();
       const auto ids = id_lists(q.at("ids"));
       if (hs.empty() || ids.size() != hs.size()) throw std::invalid_argument("a step whose ids are not one per row");
+      // A step that names no rows steps every live one: a candidate that left another row live (a reset
+      // dropped) steps rows the recorded one did not.
+      if (!q.contains("rows") && std::set<std::string>(hs.begin(), hs.end()) != std::set<std::string>(live_.begin(), live_.end()))
+        throw std::invalid_argument("a step of every row, where the live rows are not the ones it stepped");
       std::vector<int64_t> rows, flat;
       for (size_t i = 0; i < hs.size(); ++i) {
         if (ids[i].size() != 1) throw std::invalid_argument("a step of more than one id per row");
@@ -1222,7 +1226,12 @@ std::string report_md(const ReproSetup& s, const Calls& calls, const std::vector
   m << "\n";
   if (!res.diagnosis.empty()) m << "## What it looks like\n\n" << res.diagnosis << ".\n\n";
   m << "## How it was found\n\n";
-  m << "The row `" << s.row << "` of `tinygpt conform` sent " << res.requests_before << " requests. Delta debugging - dropping "
+  m << "The row `" << s.row << "` of `tinygpt conform` sent "
+    << (s.after_row.empty() ? std::to_string(res.requests_before)
+                            : std::to_string(res.requests_before - s.after_requests) + " requests after the " + std::to_string(s.after_requests) +
+                                  " of the main run `" + s.after_row + "` sent, which its own do not fail without; the " +
+                                  std::to_string(res.requests_before))
+    << " requests. Delta debugging - dropping "
     << "requests and rows, folding steps into the prompt, shortening prompts - with the reference's answers recomputed for every "
     << "candidate, kept the same failure (the first wrong answer is to a `" << w.op << "`, " << (w.kind == "differs" ? (w.op == "generate" ? "another id chosen" : "off by more than " + sci(s.bound)) : w.kind)
     << ") in " << calls.size() << " requests: " << res.candidates << " candidates replayed, " << static_cast<int>(res.seconds + 0.5) << " s.\n";
@@ -1272,6 +1281,7 @@ ReproResult reproduce(const Transcript& t, const ReproSetup& s, GPT& model, cons
     return res;
   }
   if (!first) {
+    res.right_alone = true;
     res.why_not = "replayed on a fresh engine, its requests were all answered within " + sci(s.bound) +
                   " of our model (the row's failure needs what a replay does not carry: another process, the sampler, "
                   "a comparison of the engine with itself, or the ids a generate chose after a context shift of its own)";

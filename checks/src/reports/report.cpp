@@ -151,7 +151,8 @@ nlohmann::json to_json(const ConformReport& r) {
   if (!r.repros.empty()) {
     nlohmann::json repros = nlohmann::json::array();
     for (const ReproResult& x : r.repros)
-      repros.push_back({{"row", x.row}, {"sent_by", x.sent_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.sent_by)}, {"dir", x.dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.dir)},
+      repros.push_back({{"row", x.row}, {"sent_by", x.sent_by.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.sent_by)},
+                         {"after", x.after.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.after)}, {"dir", x.dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.dir)},
                         {"why_not", x.why_not.empty() ? nlohmann::json(nullptr) : nlohmann::json(x.why_not)},
                         {"requests_before", x.requests_before}, {"requests_after", x.requests_after},
                         {"candidates", x.candidates}, {"seconds", x.seconds}, {"failure", x.failure},

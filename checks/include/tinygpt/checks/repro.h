@@ -54,6 +54,10 @@ struct ReproSetup {
   bool diagnose = false;
   std::string out_dir;      // the bundle's folder (created; must not exist or be empty)
   std::string export_command;  // the one command that writes the model file again (REPORT.md)
+  // Where the transcript begins with another row's requests (the main run, before the row's own): that
+  // row and how many they are (REPORT.md says so).
+  std::string after_row;
+  size_t after_requests = 0;
 };
 
 // The bundle written for one row, or why none was.
@@ -62,7 +66,9 @@ struct ReproResult {
   std::string sent_by;  // the row whose requests the bundle replays, where this row judged another's (the main run)
   std::string dir;      // the bundle; "" when none
   std::string why_not;  // why there is no bundle
-  size_t requests_before = 0, requests_after = 0;  // the row's requests, the bundle's
+  bool right_alone = false;  // no bundle because a fresh engine answered every request right
+  std::string after;         // the requests the bundle's sequence began with: "" (the row's own), or the main run's sender
+  size_t requests_before = 0, requests_after = 0;  // the row's requests (with `after`'s), the bundle's
   int64_t candidates = 0;                          // sequences replayed while shrinking
   double seconds = 0;
   std::string failure;  // the bundle's failure in one line, in the engine's terms
