@@ -339,7 +339,7 @@ int main(int argc, char** argv) {
     return request, answered
 
 
-def report_section(spec, includes, libs, link, outcome):
+def report_section(spec, outcome):
     line = " ".join(build_line(["LLAMA/include", "LLAMA/ggml/include"], "LIBS", ["-lllama", "-lggml", "-lggml-base"], "repro"))
     text = [SECTION, "",
             "`repro.c` makes the llama.cpp calls that answered these requests - traced from the adapter: the context's",
@@ -406,7 +406,7 @@ def main():
         includes, libs, link = toolchain(args, adapter)
         outcome = build_and_run(bundle, spec, includes, libs, link, args.foreign, run_with)
         print("repro_c: repro.c built and run: exit %d: %s" % (outcome[0], outcome[1]))
-    put_section(bundle, report_section(spec, None, None, None, outcome))
+    put_section(bundle, report_section(spec, outcome))
     return 0
 
 

@@ -460,14 +460,12 @@ Replay replay(const Calls& calls, GPT& model, int protocol, ReplayEngine& engine
     try {
       if (c.op() == "generate") {  // the sequences it was asked for, each of n ids; the ids judged against ours
         const std::vector<ServedRequest> rs = generate_requests(q, V, model->config().context);
-        const std::vector<ServedResult> got = answer_served(a, rs, V);
+        const std::vector<ServedResult> got = answer_served(a, rs, V);  // every sequence asked for, n ids each (else throws)
         std::map<std::pair<int64_t, int64_t>, const ServedResult*> by;
         for (const ServedResult& x : got) by[{x.id, x.copy}] = &x;
-        std::vector<const ServedResult*> in_order;
+        std::vector<const ServedResult*> in_order;  // requests in order, copies in order: the rows of ours
         for (const ServedRequest& x : rs)
-          for (int64_t k = 0; k < x.copies; ++k) in_order.push_back(by.count({x.id, k}) ? by[{x.id, k}] : nullptr);
-        for (size_t k = 0; k < in_order.size(); ++k)
-          if (!in_order[k]) throw WrongAnswer("'generate' answered without a sequence it was asked for");
+          for (int64_t k = 0; k < x.copies; ++k) in_order.push_back(by.at({x.id, k}));
         const auto chose = [&](int64_t seq, int64_t at) { return in_order[static_cast<size_t>(seq)]->ids[static_cast<size_t>(at)]; };
         if (std::optional<Wrong> w = generate_ids_wrong(rs, r.expected[i], bound, chose, model->config().context)) {
           w->index = i;
