@@ -7,9 +7,13 @@ magnitudes move - with `--diagnose`, and each run is counted as: its twin named 
 / a wrong name. Passes when the twins are named in at least 90% of the runs of faults that have one, and
 no run names a wrong fault (a fault without a twin must be "no known fault").
 
-Usage: diagnosis_recall.py TINYGPT WORK_DIR [--engines example,llama.cpp,library] [--vary 1,2,3] [--spread] [--jobs N]
+Usage: diagnosis_recall.py TINYGPT WORK_DIR [--engines example,llama.cpp,library] [--vary 1,2,3] [--spread]
+                          [--library-untwinned] [--jobs N]
 --spread runs each fault at one of the variations instead of all of them, the faults taking them in
 turn (the test suite's run: every variation is held out, on a third of the faults each).
+--library-untwinned runs a library fault only where no engine fault of the run has it for its twin (an
+engine's run of the twin asks the diagnosis the same question, held out further: another engine's
+arithmetic besides the variation).
 Writes WORK_DIR/recall.json (every run: the fault, the twin, what was named, the diagnosis) and prints the
 table. Exit 0 pass, 1 fail, 77 when nothing could run.
 """
@@ -123,11 +127,12 @@ def run_one(tinygpt, work, case):
 def main():
     args = sys.argv[1:]
     tinygpt, work = args[0], args[1]
-    engines, vary, jobs, spread = ["library", "example", "llama.cpp"], [1, 2, 3], 2, False
+    engines, vary, jobs, spread, untwinned = ["library", "example", "llama.cpp"], [1, 2, 3], 2, False, False
     i = 2
     while i < len(args):
-        if args[i] == "--spread":
-            spread = True
+        if args[i] in ("--spread", "--library-untwinned"):
+            spread = spread or args[i] == "--spread"
+            untwinned = untwinned or args[i] == "--library-untwinned"
             i += 1
             continue
         if args[i] == "--engines":
@@ -142,15 +147,21 @@ def main():
     os.makedirs(work, exist_ok=True)
     library, twin_of = table_cases(tinygpt)
     cases, skipped = [], []
+    tables = {}
     for engine in engines:
         if engine == "llama.cpp" and not os.access(LLAMA, os.X_OK):
             skipped.append("llama.cpp: the adapter is not built (ci/engines.sh builds it)")
             continue
-        if engine == "library":
-            table = library
-        else:
+        if engine != "library":
             faults = {"example": EXAMPLE_FAULTS, "llama.cpp": LLAMA_FAULTS}[engine]
-            table = [(f, twin_of.get((ADAPTER[engine], f)), rows) for f, rows in faults]
+            tables[engine] = [(f, twin_of.get((ADAPTER[engine], f)), rows) for f, rows in faults]
+    if "library" in engines:
+        twinned = {twin for table in tables.values() for _, twin, _ in table if twin}
+        tables["library"] = [c for c in library if not (untwinned and c[0] in twinned)]
+        if untwinned:
+            skipped.append("library: %d faults whose engine twins run here" % (len(library) - len(tables["library"])))
+    for engine in engines:
+        table = tables.get(engine, [])
         for fault, twin, rows in table:
             for v in ([vary[len(cases) % len(vary)]] if spread else vary):
                 cases.append((engine, fault, twin, rows, v))
