@@ -11,7 +11,7 @@ Runs inside the forky chroot (ci/forky.sh), started by engines/transformers/run.
 dynamic and static declare the deviation `no-window` in hello (their semantics past the context are
 transformers' own, on purpose: conform keeps the run inside the window and says so); --undeclared leaves
 it out, as a user would who did not know (then window-reference fails at position 257 and --diagnose
-names the fault never-trimmed).
+names our twin of it: faults.txt's diagnosis column).
 
 Each row is its own cache at batch 1 (one forward per row and step); `fork` deep-copies a row's cache,
 `truncate` crops it (DynamicCache only: a sliding window cannot give back what it dropped, and

@@ -5,7 +5,7 @@
 //
 // A report is what `verify`, `conform` or `equivalence` write with --json. Its rows: every row of
 // "checks"; for verify also each production cache's own rows of the fault matrix ("rolling: churn")
-// and each fault's verdict ("fault: rope-offset"). The figures compared: a row's value (its worst
+// and each fault's verdict ("fault: " and its name). The figures compared: a row's value (its worst
 // |diff|; for the fault matrix the faults caught) and the statistics the rows carry (max |diff|,
 // KL mean and max: lower is better; top-1 agreement: higher is better).
 #pragma once

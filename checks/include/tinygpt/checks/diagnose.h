@@ -9,7 +9,7 @@
 //   - every other row, whose schedule is the check's own: the first position, and a like |diff| there
 //     and at the row's worst (within 3x) with the same peak.
 // Among faults with the same signature the magnitudes only rank (the nearest is named). "These failures
-// match the fault never-trimmed", with what to do about it; or "no known fault", saying what the rows
+// match the fault NAME", with what to do about it; or "no known fault", saying what the rows
 // showed: the operation each failure followed, the entries involved, the first position in the
 // request's frame and the engine's. `tinygpt conform --diagnose`, `tinygpt equivalence --diagnose`
 // (they rerun the candidate faults: seconds to a few minutes).
