@@ -15,7 +15,9 @@ src/ggml/include and bins/ beside the adapter); the adapter defaults to the bund
 Needs a C compiler (cc) to build. For another system's llama.cpp (Debian forky's, in the chroot
 ci/forky.sh makes): --foreign links against libraries whose own dependencies resolve only there, and
 --run-with "engines/forky/run.sh" runs the program inside it (the bundle and the temporary folder must
-be visible there: /tmp is).
+be visible there: /tmp is). --forky is all four for the layout ci/engines.sh makes (llama.cpp 0.7's
+headers in .engines/llama.cpp-0.7/include, its libraries in the chroot .engines/forky-root); exits 77 when
+that layout is not here or the caller is not root (the chroot needs it).
 """
 import argparse
 import glob
@@ -28,6 +30,11 @@ import sys
 import tempfile
 
 SECTION = "## Without the adapter: `repro.c`"
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Debian forky's llama.cpp 0.7 as ci/engines.sh lays it out: its headers, its chroot, the chroot's runner.
+FORKY_INCLUDE = os.path.join(ROOT, ".engines", "llama.cpp-0.7", "include")
+FORKY_ROOT = os.path.join(ROOT, ".engines", "forky-root")
+FORKY_RUN = os.path.join(ROOT, "engines", "forky", "run.sh")
 
 
 def fail(msg):
@@ -381,7 +388,18 @@ def main():
     ap.add_argument("--libs", help="the folder of libllama and libggml")
     ap.add_argument("--foreign", action="store_true", help="the libraries are another system's (link without resolving theirs)")
     ap.add_argument("--run-with", default="", help="a command that runs the program (e.g. engines/forky/run.sh)")
+    ap.add_argument("--forky", action="store_true", help="Debian forky's llama.cpp 0.7 from ci/engines.sh's layout, run in its chroot")
     args = ap.parse_args()
+    if args.forky:
+        if not (os.path.isfile(os.path.join(FORKY_ROOT, "versions.txt")) and os.path.isdir(FORKY_INCLUDE)):
+            print("repro_c: no llama.cpp 0.7 here (ci/engines.sh makes .engines/forky-root and .engines/llama.cpp-0.7)")
+            return 77
+        if os.geteuid() != 0:
+            print("repro_c: the forky chroot needs root")
+            return 77
+        args.include = [FORKY_INCLUDE]
+        args.libs = os.path.join(os.path.realpath(FORKY_ROOT), "usr", "lib", "x86_64-linux-gnu")
+        args.foreign, args.run_with = True, FORKY_RUN
     run_with = shlex.split(args.run_with)
     if run_with and os.path.exists(run_with[0]):
         run_with[0] = os.path.abspath(run_with[0])  # the program runs in the bundle's folder
