@@ -13,8 +13,7 @@ void register_batch_faults(FaultFile& r) {
     using FaultyCache::FaultyCache;
     std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
       at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
-      k_[l] = last(K, context_).roll(1, 0);
-      v_[l] = last(V, context_).roll(1, 0);
+      store(l, K.roll(1, 0), V.roll(1, 0));  // rows rolled along the batch (dim 0)
       return {K, V};
     }
   };
@@ -28,8 +27,10 @@ void register_batch_faults(FaultFile& r) {
     std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
       const bool prefill = !k_[l].defined();
       at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
-      k_[l] = prefill ? last(K, context_).roll(1, 0) : last(K, context_);
-      v_[l] = prefill ? last(V, context_).roll(1, 0) : last(V, context_);
+      if (prefill)
+        store(l, K.roll(1, 0), V.roll(1, 0));
+      else
+        store(l, K, V);
       return {K, V};
     }
   };

@@ -125,12 +125,25 @@ class FaultyCache : public KVCache {
   }
 
  protected:
+  // Layer l's entries with `fresh` after them: (B, H, T, hd) and (B, H, t, hd) -> (B, H, T + t, hd).
   at::Tensor joined(const at::Tensor& old, const at::Tensor& fresh) const {
     return old.defined() ? at::cat({old, fresh}, 2) : fresh;
   }
   at::Tensor last(const at::Tensor& t, int64_t n) const {
     const int64_t keep = std::min(n, t.size(2));
     return t.narrow(2, t.size(2) - keep, keep);
+  }
+  // Keeps the last `context` entries of K, V (B, H, T, hd) as layer l's.
+  void store(int64_t l, const at::Tensor& K, const at::Tensor& V) {
+    k_[l] = last(K, context_);
+    v_[l] = last(V, context_);
+  }
+  // The rolling cache's update, done right: k, v (B, H, t, hd) joined after layer l's entries, attended
+  // whole, the last `context` kept. A fault changes one decision around it.
+  std::pair<at::Tensor, at::Tensor> append(int64_t l, const at::Tensor& k, const at::Tensor& v) {
+    at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
+    store(l, K, V);
+    return {K, V};
   }
   int64_t context_;
   std::vector<at::Tensor> k_, v_;

@@ -13,7 +13,7 @@ void register_storage_faults(FaultFile& r) {
     using FaultyCache::FaultyCache;
     std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
       at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
-      if (!k_[l].defined()) k_[l] = last(K, context_), v_[l] = last(V, context_);
+      if (!k_[l].defined()) store(l, K, V);
       return {K, V};
     }
   };
@@ -25,8 +25,7 @@ void register_storage_faults(FaultFile& r) {
    public:
     using FaultyCache::FaultyCache;
     std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
-      k_[l] = last(joined(k_[l], k), context_);
-      v_[l] = last(joined(v_[l], v), context_);
+      store(l, joined(k_[l], k), joined(v_[l], v));
       return {k_[l], v_[l]};
     }
   };
@@ -54,10 +53,7 @@ void register_storage_faults(FaultFile& r) {
    public:
     using FaultyCache::FaultyCache;
     std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
-      at::Tensor K = joined(k_[l], v), V = joined(v_[l], k);
-      k_[l] = last(K, context_);
-      v_[l] = last(V, context_);
-      return {K, V};
+      return append(l, v, k);
     }
   };
   r.add(cache_fault<KVSwapped>("kv-swapped", "keys and values stored in each other's place", in_window));
@@ -68,12 +64,7 @@ void register_storage_faults(FaultFile& r) {
    public:
     using FaultyCache::FaultyCache;
     void reset() override {}
-    std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override {
-      at::Tensor K = joined(k_[l], k), V = joined(v_[l], v);
-      k_[l] = last(K, context_);
-      v_[l] = last(V, context_);
-      return {K, V};
-    }
+    std::pair<at::Tensor, at::Tensor> update(int64_t l, const at::Tensor& k, const at::Tensor& v) override { return append(l, k, v); }
   };
   r.add(remedy(cache_fault<NeverReset>("no-reset", "the cache's reset() does nothing: the next sequence starts on stale entries",
                                 {check::kReset, check::kTeacherForced}),
