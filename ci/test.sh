@@ -17,11 +17,8 @@ cd build
 rm -rf test-times
 # Tests run side by side: OpenMP threads wait passively instead of spinning for the core (see tests/CMakeLists.txt).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-# One test more than there are cores: many engine tests spend part of their time waiting (an engine's
-# interpreter starting, a chroot, a server's port, a hung engine's deadline), and at one test a core the
-# core sat idle while they waited (465 of 3,604 core-seconds of one measured 2-core run).
 status=0
-ctest -j "${JOBS:-$(( $(nproc) + 1 ))}" --output-on-failure --output-junit test-results.xml "$@" || status=$?
+ctest -j "${JOBS:-$(nproc)}" --output-on-failure --output-junit test-results.xml "$@" || status=$?
 total=$(( $(date +%s) - start ))
 echo
 echo "test: install, build and engines $((setup / 60)) min $((setup % 60)) s; ctest $(( (total - setup) / 60)) min $(( (total - setup) % 60)) s"
