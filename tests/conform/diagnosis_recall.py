@@ -8,12 +8,15 @@ magnitudes move - with `--diagnose`, and each run is counted as: its twin named 
 no run names a wrong fault (a fault without a twin must be "no known fault").
 
 Usage: diagnosis_recall.py TINYGPT WORK_DIR [--engines example,llama.cpp,library] [--vary 1,2,3] [--spread]
-                          [--library-untwinned] [--jobs N]
+                          [--library-untwinned] [--churn-alone] [--jobs N]
 --spread runs each fault at one of the variations instead of all of them, the faults taking them in
 turn (the test suite's run: every variation is held out, on a third of the faults each).
 --library-untwinned runs a library fault only where no engine fault of the run has it for its twin (an
 engine's run of the twin asks the diagnosis the same question, held out further: another engine's
 arithmetic besides the variation).
+--churn-alone leaves churn out of an engine fault's run where the fault has a row of its own (the rows
+about it still move with --vary; churn's plan moves in the library's runs and in the runs of faults whose
+row is churn) - churn through the Python engine is most of such a run's time.
 Writes WORK_DIR/recall.json (every run: the fault, the twin, what was named, the diagnosis) and prints the
 table. Exit 0 pass, 1 fail, 77 when nothing could run.
 """
@@ -83,6 +86,12 @@ def table_cases(tinygpt):
 LONG_ROWS = {"rollback", "fork", "save-restore"}
 
 
+def own_rows(rows):
+    """`rows` without churn, where a row of the fault's own is left."""
+    mine = [r for r in rows.split(",") if r != "churn"]
+    return ",".join(mine) if mine else rows
+
+
 def tokens_for(rows):
     return "320" if LONG_ROWS & set(rows.split(",")) else "40"
 
@@ -127,12 +136,13 @@ def run_one(tinygpt, work, case):
 def main():
     args = sys.argv[1:]
     tinygpt, work = args[0], args[1]
-    engines, vary, jobs, spread, untwinned = ["library", "example", "llama.cpp"], [1, 2, 3], 2, False, False
+    engines, vary, jobs, spread, untwinned, churn_alone = ["library", "example", "llama.cpp"], [1, 2, 3], 2, False, False, False
     i = 2
     while i < len(args):
-        if args[i] in ("--spread", "--library-untwinned"):
+        if args[i] in ("--spread", "--library-untwinned", "--churn-alone"):
             spread = spread or args[i] == "--spread"
             untwinned = untwinned or args[i] == "--library-untwinned"
+            churn_alone = churn_alone or args[i] == "--churn-alone"
             i += 1
             continue
         if args[i] == "--engines":
@@ -154,7 +164,7 @@ def main():
             continue
         if engine != "library":
             faults = {"example": EXAMPLE_FAULTS, "llama.cpp": LLAMA_FAULTS}[engine]
-            tables[engine] = [(f, twin_of.get((ADAPTER[engine], f)), rows) for f, rows in faults]
+            tables[engine] = [(f, twin_of.get((ADAPTER[engine], f)), own_rows(rows) if churn_alone else rows) for f, rows in faults]
     if "library" in engines:
         twinned = {twin for table in tables.values() for _, twin, _ in table if twin}
         tables["library"] = [c for c in library if not (untwinned and c[0] in twinned)]
