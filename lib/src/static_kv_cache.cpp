@@ -134,7 +134,16 @@ std::unique_ptr<KVCache> StaticKVCache::clone() const {
     Layer& M = c->layers_[l];
     M.begin = L.begin;
     M.len = L.len;
-    if (L.k.defined()) M.k = L.k.clone(), M.v = L.v.clone();  // a copy: the fork writes its own buffers
+    if (!L.k.defined()) continue;
+    // Buffers of the same shape for the fork to write, the live entries copied: no slot outside
+    // [begin, begin + len) is ever read (commit() attends to live entries and the new ones), so a
+    // clone costs the entries a sequence holds, not the buffer's 2 x context + 1 slots.
+    M.k = at::empty_like(L.k);
+    M.v = at::empty_like(L.v);
+    if (L.len > 0) {
+      M.k.narrow(2, L.begin, L.len).copy_(L.k.narrow(2, L.begin, L.len));
+      M.v.narrow(2, L.begin, L.len).copy_(L.v.narrow(2, L.begin, L.len));
+    }
   }
   return c;
 }
