@@ -21,6 +21,22 @@ def transformers_answer(script, *args):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def ours_logits(dump, jobs):
+    """Our loader and model on each job (directory or checkpoint, ids, plant or None) through one
+    `zoo_hf_dump --jobs` process (LibTorch starts once): a list of (logits, "") or (None, why)."""
+    text = "".join("%s\t%s%s\n" % (d, ",".join(str(i) for i in ids), "\t" + plant if plant else "") for d, ids, plant in jobs)
+    run = subprocess.run([dump, "--jobs"], input=text, capture_output=True, text=True)
+    lines = run.stdout.splitlines()
+    if run.returncode != 0 or len(lines) != len(jobs):
+        why = "zoo_hf_dump --jobs exited %d after %d of %d answers: %s" % (run.returncode, len(lines), len(jobs), run.stderr.strip()[-300:])
+        return [(None, why)] * len(jobs)
+    out = []
+    for line in lines:
+        doc = json.loads(line)
+        out.append((doc["logits"], "") if "logits" in doc else (None, doc.get("error", "?")))
+    return out
+
+
 def plants_caught(plants, differing):
     """plants: name -> the cases it must change; differing(name) -> the cases that differ with it
     planted. Prints a line per plant; True when every plant was caught on exactly its cases."""

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 
-from zoo_common import ROOT, SKIP, plants_caught, transformers_answer
+from zoo_common import ROOT, SKIP, ours_logits, plants_caught, transformers_answer
 
 TOL = 1e-4
 CLASSES = {"llama": "LlamaForCausalLM", "mqa": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
@@ -57,12 +57,12 @@ def main():
             return 1
         versions = doc.pop("_versions")
         print("transformers %s, torch %s in the forky chroot" % (versions["transformers"], versions["torch"]))
-        ours_logits = {}
+        mine = dict(zip(dirs, ours_logits(dump, [(os.path.join(zoo, m, "model.safetensors"), ids, None) for m in dirs])))
+        ours = {}
         for m, d in dirs.items():
             theirs = doc[d]
-            mine = subprocess.run([dump, os.path.join(zoo, m, "model.safetensors"), ",".join(map(str, ids))], capture_output=True, text=True)
-            logits = json.loads(mine.stdout)["logits"] if mine.returncode == 0 else None
-            ours_logits[m] = logits
+            logits = mine[m][0]
+            ours[m] = logits
             diff = max(abs(a - b) for r, s in zip(logits, theirs["logits"]) for a, b in zip(r, s)) if logits else float("inf")
             cfg = json.load(open(os.path.join(d, "config.json")))
             read = theirs["config"]
@@ -89,7 +89,7 @@ def main():
         def differing(plant):
             out = []
             for m, d in dirs.items():
-                a, b = ours_logits[m], planted[d]["logits"]  # ours against the planted export's
+                a, b = ours[m], planted[d]["logits"]  # ours against the planted export's
                 if not a or max(abs(x - y) for r, s in zip(a, b) for x, y in zip(r, s)) > TOL:
                     out.append(m)
             return out
