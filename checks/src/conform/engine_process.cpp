@@ -8,7 +8,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -106,8 +109,169 @@ namespace {
 std::string clip(const std::string& s) { return engine_text(s, 200); }
 }  // namespace
 
+namespace {
+
+// A recursive-descent reader of RFC 8259 JSON into nlohmann::json; throws Refused where nlohmann
+// would refuse the text.
+class FastJson {
+ public:
+  struct Refused {};
+  explicit FastJson(const std::string& s) : p_(s.data()), end_(s.data() + s.size()) {}
+
+  nlohmann::json document() {
+    if (end_ - p_ >= 3 && std::memcmp(p_, "\xEF\xBB\xBF", 3) == 0) p_ += 3;  // a byte order mark, skipped as nlohmann does
+    nlohmann::json v = value();
+    space();
+    if (p_ != end_) throw Refused{};
+    return v;
+  }
+
+ private:
+  void space() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+  }
+  void literal(const char* word) {
+    for (; *word; ++word, ++p_)
+      if (p_ == end_ || *p_ != *word) throw Refused{};
+  }
+
+  nlohmann::json value() {
+    space();
+    if (p_ == end_) throw Refused{};
+    switch (*p_) {
+      case '{': return object();
+      case '[': return array();
+      case '"': return string();
+      case 't': return literal("true"), nlohmann::json(true);
+      case 'f': return literal("false"), nlohmann::json(false);
+      case 'n': return literal("null"), nlohmann::json(nullptr);
+      default: return number();
+    }
+  }
+
+  nlohmann::json object() {
+    ++p_;
+    nlohmann::json o = nlohmann::json::object();
+    space();
+    if (p_ != end_ && *p_ == '}') return ++p_, o;
+    for (;;) {
+      space();
+      if (p_ == end_ || *p_ != '"') throw Refused{};
+      const std::string key = string().get<std::string>();
+      space();
+      if (p_ == end_ || *p_ != ':') throw Refused{};
+      ++p_;
+      o[key] = value();  // a repeated key: the last one stands, as nlohmann's parser keeps it
+      space();
+      if (p_ == end_) throw Refused{};
+      if (*p_ == ',') {
+        ++p_;
+        continue;
+      }
+      if (*p_ == '}') return ++p_, o;
+      throw Refused{};
+    }
+  }
+
+  nlohmann::json array() {
+    ++p_;
+    nlohmann::json a = nlohmann::json::array();
+    auto& items = a.get_ref<nlohmann::json::array_t&>();
+    space();
+    if (p_ != end_ && *p_ == ']') return ++p_, a;
+    for (;;) {
+      items.push_back(value());
+      space();
+      if (p_ == end_) throw Refused{};
+      if (*p_ == ',') {
+        ++p_;
+        continue;
+      }
+      if (*p_ == ']') return ++p_, a;
+      throw Refused{};
+    }
+  }
+
+  // The token's extent here (an unescaped quote ends it); nlohmann decodes and checks it.
+  nlohmann::json string() {
+    const char* start = p_++;
+    bool plain = true;
+    for (;; ++p_) {
+      if (p_ == end_) throw Refused{};
+      const unsigned char c = static_cast<unsigned char>(*p_);
+      if (c == '"') break;
+      if (c == '\\') {
+        plain = false;
+        if (++p_ == end_) throw Refused{};
+      } else if (c < 0x20 || c >= 0x80) {
+        plain = false;
+      }
+    }
+    ++p_;
+    if (plain) return nlohmann::json(std::string(start + 1, p_ - 1));
+    nlohmann::json s = nlohmann::json::parse(start, p_, nullptr, /*allow_exceptions=*/false);
+    if (s.is_discarded()) throw Refused{};
+    return s;
+  }
+
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?: an integer as nlohmann stores it (unsigned when
+  // not negative, signed when negative, a double past 64 bits), any other number a double.
+  nlohmann::json number() {
+    const char* start = p_;
+    auto digits = [&] {
+      const char* d = p_;
+      while (p_ != end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      return p_ - d;
+    };
+    const bool negative = p_ != end_ && *p_ == '-';
+    if (negative) ++p_;
+    if (p_ == end_ || *p_ < '0' || *p_ > '9') throw Refused{};
+    if (*p_ == '0') ++p_;
+    else digits();
+    bool integral = true;
+    if (p_ != end_ && *p_ == '.') {
+      ++p_, integral = false;
+      if (digits() == 0) throw Refused{};
+    }
+    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
+      ++p_, integral = false;
+      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (digits() == 0) throw Refused{};
+    }
+    if (integral) {
+      if (negative) {
+        int64_t i = 0;
+        if (const auto r = std::from_chars(start, p_, i); r.ec == std::errc() && r.ptr == p_) return nlohmann::json(i);
+      } else {
+        uint64_t u = 0;
+        if (const auto r = std::from_chars(start, p_, u); r.ec == std::errc() && r.ptr == p_) return nlohmann::json(u);
+      }
+    }
+    double d = 0;
+    if (const auto r = std::from_chars(start, p_, d); r.ec == std::errc() && r.ptr == p_) return nlohmann::json(d);
+    // Out of a double's range: strtod's 0 or subnormal stands; its infinity is refused (nlohmann's
+    // "number overflow").
+    const double far = std::strtod(std::string(start, p_).c_str(), nullptr);
+    if (!std::isfinite(far)) throw Refused{};
+    return nlohmann::json(far);
+  }
+
+  const char* p_;
+  const char* end_;
+};
+
+}  // namespace
+
+nlohmann::json parse_json_fast(const std::string& text) {
+  try {
+    return FastJson(text).document();
+  } catch (const FastJson::Refused&) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+}
+
 nlohmann::json parse_response(const std::string& line, const std::string& op) {
-  nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j = parse_json_fast(line);
   if (j.is_discarded()) throw EngineUnusable("engine: the answer to '" + op + "' is not JSON: " + clip(line));
   if (!j.is_object()) throw EngineUnusable("engine: the answer to '" + op + "' is not a JSON object: " + clip(line));
   if (!j.contains("ok") || !j["ok"].is_boolean())

@@ -25,6 +25,12 @@ std::string engine_text(const std::string& s, size_t max_bytes = 200);
 // A JSON value an engine sent, as engine_text of its compact dump.
 std::string engine_json(const nlohmann::json& j, size_t max_bytes = 200);
 
+// One JSON text, exactly as nlohmann::json::parse reads it (the same values, integers as integers,
+// the same texts refused: a discarded value for those), its numbers read by std::from_chars: an
+// answer's logits are most of what the suite parses (a few MB a request), and the library's strtod
+// took about 40% of conform's time. Strings go through nlohmann itself (escapes, UTF-8 checks).
+nlohmann::json parse_json_fast(const std::string& text);
+
 // Parses one response line: a JSON object with a boolean "ok", and a string "error" when ok is
 // false. Throws EngineUnusable naming the request otherwise. (Kept apart so it can be fuzzed.)
 nlohmann::json parse_response(const std::string& line, const std::string& op);
