@@ -52,8 +52,8 @@ def judge(dump, work):
     ok = True
     # Every member as read, then with each plant: one process for all of them.
     names = sorted(doc)
-    jobs = [(os.path.join(work, n), doc[n]["ids"], plant) for plant in [None] + list(PLANTS) for n in names]
-    answers = dict(zip([(n, plant) for plant in [None] + list(PLANTS) for n in names], ours_logits(dump, jobs)))
+    cases = [(n, plant) for plant in [None] + list(PLANTS) for n in names]
+    answers = dict(zip(cases, ours_logits(dump, [(os.path.join(work, n), doc[n]["ids"], plant) for n, plant in cases])))
     for name in names:
         theirs = doc[name]
         if "sharded" in name:  # the directory is what it says: an index and several shards

@@ -57,12 +57,11 @@ def main():
             return 1
         versions = doc.pop("_versions")
         print("transformers %s, torch %s in the forky chroot" % (versions["transformers"], versions["torch"]))
-        mine = dict(zip(dirs, ours_logits(dump, [(os.path.join(zoo, m, "model.safetensors"), ids, None) for m in dirs])))
-        ours = {}
+        answers = ours_logits(dump, [(os.path.join(zoo, m, "model.safetensors"), ids, None) for m in dirs])
+        ours = {m: logits for m, (logits, _) in zip(dirs, answers)}
         for m, d in dirs.items():
             theirs = doc[d]
-            logits = mine[m][0]
-            ours[m] = logits
+            logits = ours[m]
             diff = max(abs(a - b) for r, s in zip(logits, theirs["logits"]) for a, b in zip(r, s)) if logits else float("inf")
             cfg = json.load(open(os.path.join(d, "config.json")))
             read = theirs["config"]

@@ -107,9 +107,6 @@ std::string engine_json(const nlohmann::json& j, size_t max_bytes) {
 
 namespace {
 std::string clip(const std::string& s) { return engine_text(s, 200); }
-}  // namespace
-
-namespace {
 
 // A recursive-descent reader of RFC 8259 JSON into nlohmann::json; throws Refused where nlohmann
 // would refuse the text.
@@ -149,12 +146,26 @@ class FastJson {
     }
   }
 
-  nlohmann::json object() {
+  // The members of an object or the items of an array after its opening bracket, each read by
+  // `item`, comma-separated, up to `close`.
+  template <class Item>
+  void members(char close, Item item) {
     ++p_;
-    nlohmann::json o = nlohmann::json::object();
     space();
-    if (p_ != end_ && *p_ == '}') return ++p_, o;
+    if (p_ != end_ && *p_ == close) return void(++p_);
     for (;;) {
+      item();
+      space();
+      if (p_ == end_) throw Refused{};
+      if (*p_ == close) return void(++p_);
+      if (*p_ != ',') throw Refused{};
+      ++p_;
+    }
+  }
+
+  nlohmann::json object() {
+    nlohmann::json o = nlohmann::json::object();
+    members('}', [&] {
       space();
       if (p_ == end_ || *p_ != '"') throw Refused{};
       const std::string key = string().get<std::string>();
@@ -162,34 +173,15 @@ class FastJson {
       if (p_ == end_ || *p_ != ':') throw Refused{};
       ++p_;
       o[key] = value();  // a repeated key: the last one stands, as nlohmann's parser keeps it
-      space();
-      if (p_ == end_) throw Refused{};
-      if (*p_ == ',') {
-        ++p_;
-        continue;
-      }
-      if (*p_ == '}') return ++p_, o;
-      throw Refused{};
-    }
+    });
+    return o;
   }
 
   nlohmann::json array() {
-    ++p_;
     nlohmann::json a = nlohmann::json::array();
     auto& items = a.get_ref<nlohmann::json::array_t&>();
-    space();
-    if (p_ != end_ && *p_ == ']') return ++p_, a;
-    for (;;) {
-      items.push_back(value());
-      space();
-      if (p_ == end_) throw Refused{};
-      if (*p_ == ',') {
-        ++p_;
-        continue;
-      }
-      if (*p_ == ']') return ++p_, a;
-      throw Refused{};
-    }
+    members(']', [&] { items.push_back(value()); });
+    return a;
   }
 
   // The token's extent here (an unescaped quote ends it); nlohmann decodes and checks it.

@@ -65,7 +65,7 @@ TEST(FastJson, EdgesReadAsNlohmannReadsThem) {
       "01", "1.", ".5", "+1", "-", "1e", "1e+", "--1", "0x10", "NaN", "Infinity", "-Infinity", "1.5.2", "1e5e5",
       // literals and structure
       "true", "false", "null", "tru", "nul", "True", "[]", "{}", "[1,2,3]", "[1,]", "[,1]", "{\"a\":1,}", "{\"a\" 1}", "{1:2}",
-      "{\"a\":1,\"a\":2}", " \t\r\n[ 1 , { \"b\" : [ ] } ] \n", "[1] x", "[1]]", "[[[[[[[]]]]]]]", "", " ", "\xEF\xBB\xBF[1]",
+      "[1 2]", "[1:2]", "{\"a\":1 \"b\":2}", "{\"a\":1:\"b\":2}", "{\"a\":1,\"a\":2}", " \t\r\n[ 1 , { \"b\" : [ ] } ] \n", "[1] x", "[1]]", "[[[[[[[]]]]]]]", "", " ", "\xEF\xBB\xBF[1]",
       // strings: escapes, unicode, control characters, bad UTF-8
       "\"\"", "\"plain ascii ~\"", "\"tab\\tnew\\nquote\\\"back\\\\slash\\/\"", "\"\\u00e9\\u4e2d\\ud83d\\ude00\"", "\"\\ud83d\"",
       "\"\\u12\"", "\"\\x41\"", "\"caf\xC3\xA9\"", "\"\xC3\"", "\"\xFF\xFE\"", "\"a\nb\"", "\"a\tb\"", "\"\x7F\"", "\"unterminated",
