@@ -191,8 +191,10 @@ Command add_inject(CLI::App& app) {
                 row.name = "fault " + f.fault;
                 for (const auto& c : f.checks) row.seconds += c.seconds;
                 const auto missed = f.missed_expected();
-                row.status = f.caught() && missed.empty() ? checks::Status::Pass : checks::Status::Fail;
-                row.detail = !f.caught() ? "missed by every check"
+                row.status = !f.observable ? checks::Status::Skipped
+                             : f.caught() && missed.empty() ? checks::Status::Pass : checks::Status::Fail;
+                row.detail = !f.observable ? f.inert_text()
+                             : !f.caught() ? "missed by every check"
                              : !missed.empty() ? "MISSED by " + missed.front()
                                                : "caught; " + (f.drift_after ? "drifts after " + std::to_string(*f.drift_after) + " tokens"
                                                                              : std::string("no token drift in ") + std::to_string(f.drift_window));

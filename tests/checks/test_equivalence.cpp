@@ -356,6 +356,86 @@ TEST(Concurrency, ThreadsRunningChecksOnTheirOwnModelsGiveWhatEachGivesAlone) {
   EXPECT_NE(alone[2].lines, alone[0].lines);
 }
 
+// A planted "fault" that computes exactly what the production path computes: on this model it cannot
+// show, so the matrix neither fails nor passes it, says so with the reason the fault names, and marks
+// its cells n/o - where a fault with an effect no row catches still fails (below).
+TEST_F(Harness, AFaultTheModelCannotShowIsNotObservableNeitherFailNorPass) {
+  CacheVariant v = cache_registry().get("rolling");
+  v.name = "planted-inert";
+  v.description = "the production path under another name";
+  v.is_fault = true;
+  v.expected = {"logits", "window-reference"};
+  v.checks = {"tokens", "logits", "window-reference", "teacher-forced"};
+  v.inert_on = [](const GPT&) { return std::string("planted: the same arithmetic"); };
+  InjectionOptions io;
+  io.fault_tokens = 40;
+  io.controls = {&cache_registry().get("rolling")};
+  const auto rep = run_injection(model, opts, {&v}, io);
+  ASSERT_EQ(rep.faults.size(), 1u);
+  const FaultOutcome& f = rep.faults[0];
+  EXPECT_FALSE(f.caught());
+  EXPECT_FALSE(f.observable) << "effect " << f.effect << ", noise " << f.noise;
+  EXPECT_TRUE(f.effect_measured);
+  EXPECT_LE(f.effect, kInertMargin * f.noise);
+  EXPECT_EQ(f.inert_why, "planted: the same arithmetic");
+  EXPECT_EQ(rep.observable(), 0);
+  EXPECT_TRUE(rep.faults_passed()) << "a fault the model cannot show does not fail the matrix";
+  const std::string text = format_injection(rep);
+  EXPECT_NE(text.find("planted-inert: not observable on this model (largest effect"), std::string::npos) << text;
+  EXPECT_NE(text.find("planted: the same arithmetic"), std::string::npos) << text;
+  EXPECT_NE(text.find("mutation score: 0/0 faults caught (the observable ones; 1 of 1 not observable on this model)"), std::string::npos) << text;
+  const FaultMatrix m = fault_matrix(rep);
+  for (size_t k = 0; k < m.checks.size(); ++k)
+    if (f.ran(m.checks[k])) EXPECT_EQ(cell_symbol(m.cells[0][k]), "n/o") << m.checks[k];
+  const nlohmann::json j = to_json(rep);
+  EXPECT_EQ(j["faults"][0]["observable"], false);
+  EXPECT_EQ(j["faults"][0]["not_observable_why"], "planted: the same arithmetic");
+  EXPECT_TRUE(j["faults"][0]["effect"].is_number());
+}
+
+// Values scaled by 1.01 on their way to the attention: a real effect, far under a loose bound.
+class ScaledValues final : public KVCache {
+ public:
+  explicit ScaledValues(const Config& c) : inner_(c) {}
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v) override {
+    auto [K, V] = inner_.update(layer, k, v);
+    return {K, V * 1.01};
+  }
+  void reset() override { inner_.reset(); }
+  int64_t length() const override { return inner_.length(); }
+  int64_t bytes() const override { return inner_.bytes(); }
+
+ private:
+  RollingKVCache inner_;
+};
+
+// A fault with an effect that no row catches (here under a bound of 0.5) is observable and still fails
+// the matrix; a reason it names does not excuse it where the effect is measured.
+TEST_F(Harness, AFaultWithAnEffectNoRowCatchesStillFails) {
+  CacheVariant v;
+  v.name = "planted-scaled-values";
+  v.description = "every value scaled by 1.01";
+  v.make_cache = [](const Config& c) { return std::make_unique<ScaledValues>(c); };
+  v.is_fault = true;
+  v.expected = {"logits"};
+  v.checks = {"logits", "window-reference"};
+  v.inert_on = [](const GPT&) { return std::string("planted: a reason that does not hold"); };
+  EquivalenceOptions loose = opts;
+  loose.tolerance.logits = loose.tolerance.self = 0.5;
+  loose.tolerance.why = "a bound no small effect reaches";
+  InjectionOptions io;
+  io.fault_tokens = 40;
+  io.controls = {&cache_registry().get("rolling")};
+  const auto rep = run_injection(model, loose, {&v}, io);
+  ASSERT_EQ(rep.faults.size(), 1u);
+  const FaultOutcome& f = rep.faults[0];
+  EXPECT_FALSE(f.caught()) << "under a bound of 0.5 (worst " << f.worst_logit_diff << ")";
+  EXPECT_TRUE(f.observable) << "effect " << f.effect << ", noise " << f.noise;
+  EXPECT_GT(f.effect, kInertMargin * f.noise);
+  EXPECT_FALSE(rep.faults_passed());
+  EXPECT_EQ(format_injection(rep).find("not observable"), std::string::npos);
+}
+
 // A cache that throws on its first decode step: the fault "crashes the run".
 class ThrowsOnDecode final : public KVCache {
  public:

@@ -322,8 +322,12 @@ std::string matrix_section(const InjectionReport& inj) {
       << td("num", num(f.worst_logit_diff)) << "</tr>\n";
   h << "</table>\n";
   const FaultMatrix m = fault_matrix(inj);
-  h << "<h2>Detection matrix</h2>\n<p id=\"mutation-score\"><b>Mutation score: " << inj.caught() << " of " << inj.faults.size()
-    << " faults caught (" << num(100.0 * inj.caught() / std::max<size_t>(1, inj.faults.size()), "%.0f") << "%)</b></p>\n"
+  const size_t observable = static_cast<size_t>(inj.observable()), inert = inj.faults.size() - observable;
+  h << "<h2>Detection matrix</h2>\n<p id=\"mutation-score\"><b>Mutation score: " << inj.caught() << " of " << observable
+    << " faults caught (" << num(100.0 * inj.caught() / std::max<size_t>(1, observable), "%.0f") << "%)</b>"
+    << (inert ? esc("; " + std::to_string(inert) + " not observable on this model (their effect within its own noise: neither caught nor missed)")
+              : std::string())
+    << "</p>\n"
     << "<p class=\"note\">" << esc(kMatrixLegend) << "</p>\n<table id=\"detection-matrix\">";
   std::vector<std::string> head = {"fault"};
   head.insert(head.end(), m.checks.begin(), m.checks.end());
@@ -412,8 +416,10 @@ std::string render_markdown(const ReportInput& in) {
   m << markdown_table(in.rows);
   if (in.injection && !in.injection->faults.empty()) {
     const FaultMatrix fm = fault_matrix(*in.injection);
-    m << "\n**Detection matrix**: mutation score " << in.injection->caught() << " of " << in.injection->faults.size()
-      << " faults caught. " << kMatrixLegend << "\n\n| fault | drift after (seed) |";
+    const size_t inert = in.injection->faults.size() - static_cast<size_t>(in.injection->observable());
+    m << "\n**Detection matrix**: mutation score " << in.injection->caught() << " of " << in.injection->observable()
+      << " faults caught" << (inert ? " (the observable ones; " + std::to_string(inert) + " not observable on this model)" : std::string()) << ". "
+      << kMatrixLegend << "\n\n| fault | drift after (seed) |";
     for (const auto& n : fm.checks) m << " " << n << " |";
     m << "\n|---|---|";
     for (size_t i = 0; i < fm.checks.size(); ++i) m << "---|";

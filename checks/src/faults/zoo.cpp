@@ -215,6 +215,26 @@ void register_zoo_faults(FaultFile& r) {
       f.qk_norm_before_rope = false;
       return model_variant(m, m->config(), f);
     };
+    // A rotation keeps a vector's RMS, so the norm's division commutes with it; its weight commutes too
+    // where it is equal on each pair of channels RoPE turns together (as initialised: all ones), unless
+    // YaRN's attention factor scales the rotated vector (the norm after RoPE would divide it out).
+    v.inert_on = [](const GPT& m) -> std::string {
+      const Config& c = m->config();
+      const RopeSpec spec = rope_spec(c);
+      if (!c.qk_norm || rope_attention_factor(spec) != 1.0) return "";
+      const int64_t r = spec.rotated();
+      const at::Tensor a = c.rope_pairing == RopePairing::Adjacent ? at::arange(0, r, 2, at::kLong) : at::arange(0, r / 2, at::kLong);
+      const at::Tensor b = c.rope_pairing == RopePairing::Adjacent ? a + 1 : a + r / 2;
+      for (const auto& item : m->blocks->children()) {
+        const auto* block = item->as<BlockImpl>();
+        for (const Norm& n : {block->attn->q_norm, block->attn->k_norm}) {
+          const at::Tensor w = n->weight.to(at::kCPU);  // (hd)
+          if (!w.index_select(0, a).equal(w.index_select(0, b))) return "";
+        }
+      }
+      return "its QK-norm weights are equal on each pair of channels RoPE turns together (as initialised), so the norm "
+             "commutes with the rotation and its order cannot show";
+    };
     r.add(std::move(v));
   }
 

@@ -69,6 +69,10 @@ nlohmann::json to_json(const InjectionReport& r) {
     faults.push_back({{"fault", f.fault},
                       {"description", f.description},
                       {"caught", f.caught()},
+                      {"observable", f.observable},
+                      {"effect", f.effect_measured ? nlohmann::json(f.effect) : nlohmann::json()},
+                      {"noise", f.effect_measured ? nlohmann::json(f.noise) : nlohmann::json()},
+                      {"not_observable_why", f.observable ? nlohmann::json() : nlohmann::json(f.inert_why)},
                       {"expected", f.expected},
                       {"missed_expected", f.missed_expected()},
                       {"errors", f.errors()},
@@ -91,6 +95,7 @@ nlohmann::json to_json(const InjectionReport& r) {
   return {{"passed", r.passed()},
           {"caught", r.caught()},
           {"total", r.faults.size()},
+          {"observable", r.observable()},
           {"controls", controls},
           {"faults", faults},
           {"matrix", {{"checks", m.checks}, {"legend", kMatrixLegend}, {"rows", rows}}}};

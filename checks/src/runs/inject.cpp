@@ -56,6 +56,15 @@ std::vector<std::string> FaultOutcome::missed_expected() const {
   return out;
 }
 
+std::string FaultOutcome::inert_text() const {
+  return "not observable on this model (largest effect " + sci(effect) + " against the model's own noise " + sci(noise) + " over the same rows" +
+         (inert_why.empty() ? "" : ": " + inert_why) + ")";
+}
+
+int InjectionReport::observable() const {
+  return static_cast<int>(std::count_if(faults.begin(), faults.end(), [](const FaultOutcome& f) { return f.observable; }));
+}
+
 int InjectionReport::caught() const {
   return static_cast<int>(std::count_if(faults.begin(), faults.end(), [](const FaultOutcome& f) { return f.caught(); }));
 }
@@ -66,10 +75,40 @@ bool InjectionReport::controls_passed() const {
 
 bool InjectionReport::faults_passed() const {
   return std::all_of(faults.begin(), faults.end(),
-                     [](const FaultOutcome& f) { return f.caught() && f.missed_expected().empty(); });
+                     [](const FaultOutcome& f) { return !f.observable || (f.caught() && f.missed_expected().empty()); });
 }
 
 bool InjectionReport::passed() const { return controls_passed() && faults_passed(); }
+
+namespace {
+
+// A logit row's largest |diff| (its figure, or its max_abs_diff), for the rows whose figure is one: those
+// judged against a reference, the target's own prefill, its earlier run or the row alone. Nothing for a
+// row judged by ids or a law (passing, it saw no effect) or by a distribution (a KL figure).
+std::optional<double> logit_effect(const CheckResult& c, bool by_distribution) {
+  if (c.status == Status::Skipped || by_distribution) return std::nullopt;
+  Judge j;
+  try {
+    j = find_check(c.name).judge;
+  } catch (const std::invalid_argument&) {
+    return std::nullopt;
+  }
+  if (j == Judge::Tokens || j == Judge::Law) return std::nullopt;
+  if (const auto it = c.stats.find("max_abs_diff"); it != c.stats.end()) return it->second;
+  return c.figure;
+}
+
+// The largest logit effect of one run: its logit rows and its production and teacher-forced steps.
+double largest_effect(const EquivalenceResult& r, bool by_distribution) {
+  double worst = 0;
+  for (const auto& c : r.checks)
+    if (const auto e = logit_effect(c, by_distribution)) worst = std::max(worst, *e);
+  if (!by_distribution)
+    for (const StepDiffs* d : {&r.loop_full, &r.loop_band, &r.forced_full, &r.forced_band}) worst = std::max(worst, d->worst);
+  return worst;
+}
+
+}  // namespace
 
 InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
                               const std::vector<const CacheVariant*>& faults, const InjectionOptions& io,
@@ -140,6 +179,18 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
     }
     f.first_logit_position_over = first;
     f.seed_drift = v->seed_drift;
+    // Observable? Asked of a fault no row caught and none erred on, judged by logits (a low-precision
+    // cache's fault is judged by its budget: always observable).
+    const bool by_distribution = opts.tolerance.by_distribution() || v->kv_budget.has_value();
+    if (!f.caught() && f.errors().empty() && !by_distribution && !rep.controls.empty()) {
+      f.effect_measured = true;
+      f.effect = largest_effect(r, false);
+      for (const auto& c : rep.controls) f.noise = std::max(f.noise, largest_effect(c, false));
+      if (f.effect <= kInertMargin * f.noise) {
+        f.observable = false;
+        if (v->inert_on) f.inert_why = v->inert_on(model);
+      }
+    }
     f.drift_measured = r.main_attempted;
     if (!f.drift_measured) {
       // a serving fault's run makes no greedy main run: no drift to measure
@@ -166,6 +217,7 @@ FaultMatrix fault_matrix(const InjectionReport& r) {
       cell.expected = std::find(f.expected.begin(), f.expected.end(), c) != f.expected.end();
       cell.kind = f.caught_by(c)                                                  ? MatrixCell::Caught
                   : std::find(errors.begin(), errors.end(), c) != errors.end() ? MatrixCell::Error
+                  : f.ran(c) && !f.observable                                  ? MatrixCell::Inert
                   : f.ran(c)                                                   ? MatrixCell::Missed
                                                                                : MatrixCell::NotRun;
       row.push_back(cell);
@@ -181,13 +233,15 @@ std::string cell_symbol(const MatrixCell& c) {
     case MatrixCell::Missed: return c.expected ? "MISSED*" : "missed";
     case MatrixCell::Error: return c.expected ? "ERROR*" : "error";
     case MatrixCell::NotRun: return "not run";
+    case MatrixCell::Inert: return "n/o";
   }
   return "?";
 }
 
 const char* const kMatrixLegend =
     "caught: the check failed on the fault; missed: it ran and passed; error: it could not finish (never a catch); "
-    "not run: not part of the fault's run; * marks a check the fault must be caught by (MISSED* and ERROR* fail the matrix)";
+    "not run: not part of the fault's run; n/o: it passed on a fault this model cannot show (its effect within the model's own "
+    "noise: neither a catch nor a miss); * marks a check the fault must be caught by (MISSED* and ERROR* fail the matrix)";
 
 std::string format_injection(const InjectionReport& r) {
   std::ostringstream s;
@@ -220,12 +274,17 @@ std::string format_injection(const InjectionReport& r) {
   for (const auto& c : r.controls)
     s << "negative control (" << c.cache << "): " << (c.passed() ? "passes every check" : "FAILS") << "\n";
   int unexpected = 0;
-  for (const auto& f : r.faults) unexpected += !f.missed_expected().empty();
+  for (const auto& f : r.faults) unexpected += f.observable && !f.missed_expected().empty();
+  for (const auto& f : r.faults)
+    if (!f.observable) s << f.fault << ": " << f.inert_text() << "; it neither fails nor passes the matrix\n";
   for (const auto& f : r.faults)
     if (!f.errors().empty())
       s << f.fault << ": " << f.errors().size() << " check(s) could not finish (errors are not detections), first: "
         << f.errors().front() << "\n";
-  s << "mutation score: " << r.caught() << "/" << r.faults.size() << " faults caught";
+  s << "mutation score: " << r.caught() << "/" << r.observable() << " faults caught";
+  if (r.observable() != static_cast<int>(r.faults.size()))
+    s << " (the observable ones; " << r.faults.size() - static_cast<size_t>(r.observable()) << " of " << r.faults.size()
+      << " not observable on this model)";
   if (unexpected) s << "; " << unexpected << " missed by a check that should catch them (MISSED*)";
   s << "\n";
   return s.str();

@@ -30,12 +30,22 @@ struct Timer {
 CheckResult matrix_row(const InjectionReport& rep) {
   CheckResult r;
   r.name = "fault-matrix";
-  r.status = rep.faults_passed() ? Status::Pass : Status::Fail;
+  // A fault this model cannot show (its effect within the model's own noise: inject.h) neither fails nor
+  // passes: the row counts the observable ones and names the others, with why.
+  const int observable = rep.observable(), inert = static_cast<int>(rep.faults.size()) - observable;
+  r.status = observable == 0 ? Status::Skipped : rep.faults_passed() ? Status::Pass : Status::Fail;
   r.figure = rep.caught();
-  r.detail = std::to_string(rep.caught()) + "/" + std::to_string(rep.faults.size()) + " faults caught";
+  r.detail = observable == 0 ? "no planted fault can show on this model"
+                             : std::to_string(rep.caught()) + "/" + std::to_string(observable) + " faults caught" +
+                                   (inert > 0 ? " (" + std::to_string(inert) + " of " + std::to_string(rep.faults.size()) +
+                                                    " not observable on this model)"
+                                              : "");
+  r.stats["faults"] = static_cast<double>(rep.faults.size());
+  r.stats["observable"] = observable;
   for (const auto& f : rep.faults) {
     for (const auto& c : f.checks) r.seconds += c.seconds;
-    if (!f.caught()) r.detail += "; " + f.fault + " MISSED by every check" + (f.errors().empty() ? "" : " (" + f.errors().front() + " erred)");
+    if (!f.observable) r.detail += "; " + f.fault + " " + f.inert_text();
+    else if (!f.caught()) r.detail += "; " + f.fault + " MISSED by every check" + (f.errors().empty() ? "" : " (" + f.errors().front() + " erred)");
     else if (!f.missed_expected().empty()) r.detail += "; " + f.fault + " MISSED by " + f.missed_expected().front();
     if (f.seed_drift)  // the seed's own faults: the drift it measured, beside ours
       r.detail += "; " + f.fault + " drifts after " + (f.drift_after ? std::to_string(*f.drift_after) : "never/" + std::to_string(f.drift_window));

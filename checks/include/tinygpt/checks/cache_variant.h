@@ -75,6 +75,12 @@ struct CacheVariant {
   // For a fault a real engine is likely to show, on purpose or by a known bug: what to do about it, in
   // the words a diagnosis that names it ends with ("" : the diagnosis ends with its description).
   std::string remedy;
+  // For a fault: why it computes exactly what the correct path computes on model `m`, where the fault can
+  // name that from the weights or the config ("the QK-norm weight is equal on each pair of channels RoPE
+  // turns together: the norm commutes with the rotation"); "" where it can show, or cannot tell. Null:
+  // it names no reason. The fault matrix measures every missed fault's effect either way (inject.h);
+  // this only says why a fault with none has none.
+  std::function<std::string(const GPT& m)> inert_on;
 
   // A fresh cache and step for one run, and the path through them (valid while the variant lives).
   Decoder decoder(const Config& cfg) const;

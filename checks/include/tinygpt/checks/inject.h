@@ -27,6 +27,19 @@ struct FaultOutcome {
   double worst_logit_diff = 0;
   std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
   bool drift_measured = true;                    // false when its run made no greedy main run
+  // Whether the fault changes this model's outputs at all over its rows' inputs. Measured for a fault no
+  // row caught: its largest effect (every logit row's worst |diff| against our model, the production
+  // loop's and the teacher-forced run's at every step) against the model's own noise there (the same
+  // rows through the production caches, the negative controls) - within kInertMargin of it, and its greedy ids
+  // the controls' own, the fault is not observable on this model: it computes what the correct path
+  // computes, and neither fails nor passes the matrix. A caught fault is observable by its catch.
+  bool observable = true;
+  bool effect_measured = false;  // effect and noise below were measured (a missed fault judged by logits)
+  double effect = 0;       // its largest effect over its rows (a |diff| of logits)
+  double noise = 0;        // the controls' largest over the same rows
+  std::string inert_why;   // not observable: why, where the fault names it (CacheVariant::inert_on), else ""
+  // "not observable on this model (largest effect 6.2e-06 against its own noise 4.1e-06: why)".
+  std::string inert_text() const;
   std::optional<int64_t> seed_drift;             // the seed's own figure for this fault, where it reports one
   bool ran(const std::string& check) const;      // the check ran: part of its run and not skipped
   bool caught() const;                           // some check failed on it
@@ -41,8 +54,9 @@ struct InjectionReport {
   // Every check any fault's run made, in the check table's order: the matrix's columns.
   std::vector<std::string> check_names() const;
   int caught() const;
+  int observable() const;      // the faults that change the model's outputs (FaultOutcome::observable)
   bool controls_passed() const;
-  bool faults_passed() const;  // every fault caught, each by every check it expects
+  bool faults_passed() const;  // every observable fault caught, each by every check it expects
   bool passed() const;         // and the controls pass
 };
 
@@ -50,7 +64,8 @@ struct InjectionReport {
 // check as one that must catch it. Every view (console, JSON, Markdown, HTML) prints the same model
 // with the same symbols (cell_symbol).
 struct MatrixCell {
-  enum Kind { Caught, Missed, Error, NotRun } kind = NotRun;
+  // Inert: it ran and passed on a fault that cannot show on this model (FaultOutcome::observable).
+  enum Kind { Caught, Missed, Error, NotRun, Inert } kind = NotRun;
   bool expected = false;
 };
 struct FaultMatrix {
@@ -60,10 +75,17 @@ struct FaultMatrix {
 };
 FaultMatrix fault_matrix(const InjectionReport& r);
 // "caught*" (caught by a check it must be caught by), "caught", "MISSED*" (a check it must be caught
-// by did not catch it), "missed", "error" / "ERROR*" (the check could not finish: never a catch), "not run".
+// by did not catch it), "missed", "error" / "ERROR*" (the check could not finish: never a catch), "not run",
+// "n/o" (it passed on a fault this model cannot show: neither a catch nor a miss).
 std::string cell_symbol(const MatrixCell& c);
 // The legend every view prints with the matrix.
 extern const char* const kMatrixLegend;
+
+// A missed fault whose largest effect is within this factor of the controls' own noise over the same
+// rows, its greedy ids theirs, is not observable on the model (FaultOutcome::observable). The order of a
+// sum changes fp32 logits by a few ulps of their size; a planted bug that changes the arithmetic
+// changes them by orders of magnitude more (docs/checks.md, "Faults a model cannot show").
+constexpr double kInertMargin = 4;
 
 struct InjectionOptions {
   int64_t drift_tokens = 100;  // the seed's drift measure
