@@ -24,13 +24,17 @@ named as the library's fault it mirrors where there is one:
                                       (an adapter reading the draft's list)
   spec-match-draws-from-draft-stream  sample-and-match draws the verify positions from the draft's
                                       stream, not the target's (a sampler setting sent to one side only)
+  spec-accepts-near-tie               at temperature 0 a draft whose logit is within 1e-3 of the best
+                                      is kept, under either rule (a greedy check by a tolerance: vLLM
+                                      #41758's family)
 """
 import time
 
 import torch
 
 FAULTS = {"spec-rejected-entries-kept", "spec-bonus-from-last-draft-position", "spec-accept-every-draft", "spec-stop-not-ending",
-          "spec-residual-is-p", "spec-answers-draft-ids", "spec-match-draws-from-draft-stream"}
+          "spec-residual-is-p", "spec-answers-draft-ids", "spec-match-draws-from-draft-stream", "spec-accepts-near-tie"}
+NEAR_TIE = 1e-3  # spec-accepts-near-tie's tolerance
 DRAFTS = ["none", "self", "model", "ngram", "replay"]
 RULES = ["exact", "sample-and-match"]
 DRAFT_SEED_MIX = 0x9E3779B97F4A7C15  # the draft's stream: the request's seed mixed, so the two streams differ
@@ -178,6 +182,10 @@ class Speculative:
                 emitted, rows, j = [], [], 0
                 for i, d in enumerate(drafts):
                     p = host.probs(L[i], seq + drafts[:i], settings)
+                    if has("spec-accepts-near-tie") and settings[0] == 0 and L[i][d].item() >= L[i].max().item() - NEAR_TIE:
+                        emitted.append(d), rows.append(i)
+                        j += 1
+                        continue
                     if exact:
                         q = qs[i] if qs is not None else torch.nn.functional.one_hot(torch.tensor(d), V).double()
                         if has("spec-accept-every-draft") or uniform(target_gen) * q[d].item() < p[d].item():

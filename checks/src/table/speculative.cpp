@@ -21,6 +21,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <mutex>
+#include <tuple>
 
 #include "rows.h"
 #include "tinygpt/generate.h"
@@ -240,6 +242,87 @@ std::string runs_text() {
 
 // --- spec-greedy ---
 
+namespace {
+
+// spec-greedy's runner-up runs: a greedy run whose trajectory has no near tie meets no engine that keeps a
+// draft within a tolerance of the best (the fixture's 600-token run: its narrowest top-2 margin is 6.9e-2).
+// So the row looks for near ties: kTieContexts sequences of uniformly drawn ids (a fixed seed, moved by
+// --vary), our reference's logits over each, and every prefix a prompt whose next id's top two are as far
+// apart as there. The kNearTies narrowest margins over twice the logit bound (a parting within it is a near
+// tie, either id right) are each a request of one id with our runner-up as the first draft: plain greedy
+// decoding rejects it; an engine keeping a draft within its tolerance of the best keeps it wherever that
+// tolerance exceeds the margin. The row says the margins it met.
+constexpr int64_t kNearTies = 8;
+constexpr int64_t kTieContexts = 32;
+constexpr int64_t kTieLength = 256;  // each context's ids (the model's context where shorter)
+constexpr uint64_t kTieSeed = 0x7E1E5;
+
+struct NearTie {
+  std::vector<int64_t> prompt;
+  int64_t best = 0, runner_up = 0;
+  double margin = 0;
+};
+
+std::vector<NearTie> search_near_ties(CheckContext& c, double floor);
+
+// The search is our model's alone (its weights, the variation, the bound): made once per model in a
+// process - verify's and inject's runs of one model share it, each fault's spec-greedy included. Keyed
+// by the model object and a digest of its embedding, so a model freed and another made at its address
+// is not taken for it.
+std::vector<NearTie> near_ties(CheckContext& c, double floor) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, double, uint64_t, double>, std::vector<NearTie>> kept;
+  at::NoGradGuard no_grad;
+  const double digest = c.model->emb->weight.to(at::kDouble).sum().item<double>();
+  const auto key = std::make_tuple(static_cast<const void*>(c.model.get()), digest, c.opts.variation, floor);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (const auto it = kept.find(key); it != kept.end()) return it->second;
+  }
+  std::vector<NearTie> found = search_near_ties(c, floor);
+  std::lock_guard<std::mutex> lock(mu);
+  return kept.emplace(key, std::move(found)).first->second;
+}
+
+std::vector<NearTie> search_near_ties(CheckContext& c, double floor) {
+  const Config& cfg = c.model->config();
+  const int64_t T = std::min<int64_t>(kTieLength, cfg.context), V = cfg.vocab_size;
+  const c10::Device dev = c.opts.prompt.device();
+  at::Generator gen = make_generator(at::kCPU, kTieSeed + c.opts.variation);
+  const at::Tensor ids = at::randint(V, {kTieContexts, T}, gen, at::TensorOptions().dtype(at::kLong));  // (S, T)
+  struct Found {
+    double margin;
+    int64_t seq, at, best, second;
+  };
+  std::vector<Found> found;
+  at::NoGradGuard no_grad;
+  constexpr int64_t kChunk = 4;  // sequences a forward (its logits: kChunk x T x V floats)
+  for (int64_t s0 = 0; s0 < kTieContexts; s0 += kChunk) {
+    const int64_t b = std::min(kChunk, kTieContexts - s0);
+    const at::Tensor logits = c.model->forward(ids.narrow(0, s0, b).to(dev)).to(at::kCPU, at::kDouble);  // (b, T, V)
+    const auto [top, arg] = logits.topk(2, -1);                                                            // (b, T, 2)
+    const at::Tensor margin = (top.select(2, 0) - top.select(2, 1)).contiguous();                          // (b, T)
+    const double* m = margin.data_ptr<double>();
+    const at::Tensor a = arg.contiguous();
+    const int64_t* x = a.data_ptr<int64_t>();
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t t = 1; t < T; ++t)  // prompts of two ids or more
+        if (m[i * T + t] > floor) found.push_back({m[i * T + t], s0 + i, t, x[(i * T + t) * 2], x[(i * T + t) * 2 + 1]});
+  }
+  const size_t keep = std::min<size_t>(kNearTies, found.size());
+  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(keep), found.end(),
+                    [](const Found& p, const Found& q) { return p.margin < q.margin; });
+  std::vector<NearTie> out;
+  for (size_t j = 0; j < keep; ++j) {
+    const Found& f = found[j];
+    const at::Tensor row = ids[f.seq].narrow(0, 0, f.at + 1).contiguous();
+    out.push_back({std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()), f.best, f.second, f.margin});
+  }
+  return out;
+}
+
+}  // namespace
+
 void spec_greedy_check(CheckContext& c, CheckResult& r) {
   const Generation& main = c.main();
   const std::vector<int64_t> prompt = prompt_of(c);
@@ -249,6 +332,51 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
   const at::Tensor band = c.main_reference().band.select(0, 0);  // (n, V): our reference over the plain run
   std::string summary, skipped, ran;
   int runs = 0;
+  // One run judged: plain greedy id for id (a parting at a near tie within the bound's reach forgiven),
+  // the logits up to the parting our reference's. False, with the row failed, when it is not.
+  auto holds = [&](const SpeculativeAnswer& run, int64_t len, const std::string& what) {
+    const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
+    const size_t at = parting(run.ids, plain);
+    const bool parted = at < plain.size() || run.ids.size() != plain.size();
+    // The logits up to the parting (its own position too: the sequence before it is the same), by the bound in force.
+    SpeculativeAnswer judged = run;
+    const int64_t m = std::min<int64_t>(static_cast<int64_t>(at) + 1, static_cast<int64_t>(run.ids.size()));
+    judged.ids.resize(static_cast<size_t>(m));
+    if (run.logits.defined()) judged.logits = run.logits.narrow(0, 0, m);
+    else if (!run.top.empty()) judged.top.resize(static_cast<size_t>(m));
+    const std::string off = off_reference(c, r, prompt, judged);
+    if (!off.empty()) {
+      set_result(r, false, what + ": the verify step's logits are not a one-token step's: " + off);
+      return false;
+    }
+    // Judged by the distribution (--max-kl, --min-top1), the logits are the verdict: the ids may part where
+    // they allow. Otherwise the ids are plain greedy's, but at a near-tie within the bound's reach.
+    if (c.tol().by_distribution() || !parted) return true;
+    const double margin = at < plain.size() ? top2_margin(band[static_cast<int64_t>(at)]) : 0;
+    if (at < run.ids.size() && margin <= 2 * c.tol().logits) return true;
+    // A target that chose a wrong id computes on from it: the logits after it are our reference's over
+    // the ids it answered. One whose answer is not the ids it decoded (an adapter reading the drafts'
+    // list) computes on from others: the first id after the parting is off.
+    if (at + 1 < run.ids.size()) {
+      CheckResult whole;
+      const std::string after = off_reference(c, whole, prompt, run);
+      if (!after.empty()) {
+        set_result(r, false, what + ": the ids answered part from plain greedy at new id " + std::to_string(at) + " (" +
+                                 ids_text(run.ids, at, 4) + " against " + ids_text(plain, at, 4) +
+                                 ") and the logits after them are not our reference's over those ids: the answer's ids are not "
+                                 "the ones the target decoded (" + after + ")");
+        r.stats["max_abs_diff"] = whole.stats["max_abs_diff"];
+        if (whole.stats.count("first_over")) r.stats["first_over"] = whole.stats["first_over"];
+        return false;
+      }
+    }
+    set_result(r, false, what + ": the ids part from plain greedy at new id " + std::to_string(at) + " (position " +
+                             std::to_string(T0 + static_cast<int64_t>(at)) + "): " + ids_text(run.ids, at, 4) + " against " +
+                             ids_text(plain, at, 4) + (at < plain.size() ? ", the reference's top-2 margin there " + sci(margin) : "") +
+                             "; " + std::to_string(run.ids.size()) + " ids of " + std::to_string(len));
+    r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
+    return false;
+  };
   for (const GreedyRun& g : kGreedyRuns) {
     const std::string draft = g.draft;
     const int64_t k = g.k;
@@ -269,53 +397,12 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
     const SpeculativeAnswer run = speculate(c, q, what);
     ++runs;
     ran += (ran.empty() ? "" : ", ") + what + (g.whole ? " over the whole run" : "");
-    const std::vector<int64_t> plain(plain_ids.begin(), plain_ids.begin() + len);
-    const size_t at = parting(run.ids, plain);
-    const bool parted = at < plain.size() || run.ids.size() != plain.size();
-    // The logits up to the parting (its own position too: the sequence before it is the same), by the bound in force.
-    SpeculativeAnswer judged = run;
-    const int64_t m = std::min<int64_t>(static_cast<int64_t>(at) + 1, static_cast<int64_t>(run.ids.size()));
-    judged.ids.resize(static_cast<size_t>(m));
-    if (run.logits.defined()) judged.logits = run.logits.narrow(0, 0, m);
-    else if (!run.top.empty()) judged.top.resize(static_cast<size_t>(m));
-    const std::string off = off_reference(c, r, prompt, judged);
-    if (!off.empty()) {
-      set_result(r, false, what + ": the verify step's logits are not a one-token step's: " + off);
+    if (!holds(run, len, what)) return;
+    const bool parted = run.ids.size() != static_cast<size_t>(len) || parting(run.ids, plain_ids) < static_cast<size_t>(len);
+    if (!c.tol().by_distribution() && !parted && draft == "replay" && !g.wrong_every && run.accepted != run.drafted) {
+      set_result(r, false, what + ": " + std::to_string(run.accepted) + " of " + std::to_string(run.drafted) +
+                               " drafts accepted of the target's own greedy ids at temperature 0 (every one is right)");
       return;
-    }
-    // Judged by the distribution (--max-kl, --min-top1), the logits are the verdict: the ids may part where
-    // they allow. Otherwise the ids are plain greedy's, but at a near-tie within the bound's reach.
-    if (!c.tol().by_distribution()) {
-      const double margin = at < plain.size() ? top2_margin(band[static_cast<int64_t>(at)]) : 0;
-      if (parted && (at >= run.ids.size() || margin > 2 * c.tol().logits)) {
-        // A target that chose a wrong id computes on from it: the logits after it are our reference's over
-        // the ids it answered. One whose answer is not the ids it decoded (an adapter reading the drafts'
-        // list) computes on from others: the first id after the parting is off.
-        if (at + 1 < run.ids.size()) {
-          CheckResult whole;
-          const std::string after = off_reference(c, whole, prompt, run);
-          if (!after.empty()) {
-            set_result(r, false, what + ": the ids answered part from plain greedy at new id " + std::to_string(at) + " (" +
-                                     ids_text(run.ids, at, 4) + " against " + ids_text(plain, at, 4) +
-                                     ") and the logits after them are not our reference's over those ids: the answer's ids are not "
-                                     "the ones the target decoded (" + after + ")");
-            r.stats["max_abs_diff"] = whole.stats["max_abs_diff"];
-            if (whole.stats.count("first_over")) r.stats["first_over"] = whole.stats["first_over"];
-            return;
-          }
-        }
-        set_result(r, false, what + ": the ids part from plain greedy at new id " + std::to_string(at) + " (position " +
-                                 std::to_string(T0 + static_cast<int64_t>(at)) + "): " + ids_text(run.ids, at, 4) + " against " +
-                                 ids_text(plain, at, 4) + (at < plain.size() ? ", the reference's top-2 margin there " + sci(margin) : "") +
-                                 "; " + std::to_string(run.ids.size()) + " ids of " + std::to_string(len));
-        r.stats["first_over"] = static_cast<double>(T0 + static_cast<int64_t>(at) - 1);
-        return;
-      }
-      if (!parted && draft == "replay" && !g.wrong_every && run.accepted != run.drafted) {
-        set_result(r, false, what + ": " + std::to_string(run.accepted) + " of " + std::to_string(run.drafted) +
-                                 " drafts accepted of the target's own greedy ids at temperature 0 (every one is right)");
-        return;
-      }
     }
     if (k == kMainK) {
       std::string key = label;
@@ -325,6 +412,57 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
       r.stats["mean_accepted_length_" + key] = run.mean_accepted_length();
     }
   }
+  // Our runner-up drafted at the narrowest margins found, under each rule the target offers at temperature 0.
+  std::string ties_text;
+  if (lacks(c, "replay").empty() && !c.tol().by_distribution()) {
+    const std::vector<NearTie> ties = near_ties(c, 2 * c.tol().logits);
+    r.stats["near_ties"] = static_cast<double>(ties.size());
+    std::vector<std::string> rules;
+    for (const AcceptRule rule : {AcceptRule::Exact, AcceptRule::SampleAndMatch}) {
+      if (ties.empty() || !lacks(c, "replay", rule).empty()) continue;
+      rules.push_back(accept_rule_name(rule));
+      SpeculativeSettings s = greedy_settings(kMainK);
+      s.rule = rule;
+      for (const NearTie& t : ties) {
+        SpeculativeRequest q = request(c, "replay", 1, s, 0, t.prompt);
+        q.replay = t.prompt;
+        q.replay.push_back(t.runner_up);
+        const std::string what = std::string("the runner-up drafted after a prompt of ") + std::to_string(t.prompt.size()) +
+                                 " drawn ids, " + accept_rule_name(rule);
+        const SpeculativeAnswer run = speculate(c, q, what);
+        ++runs;
+        if (run.ids.size() == 1 && run.ids[0] == t.runner_up) {
+          set_result(r, false, what + ": the draft was kept - id " + std::to_string(t.runner_up) + " where greedy decoding gives " +
+                                   std::to_string(t.best) + ", our reference's top two " + sci(t.margin) +
+                                   " apart (a draft accepted within a tolerance of the best at temperature 0)");
+          r.stats["first_over"] = static_cast<double>(t.prompt.size()) - 1;
+          r.stats["near_tie_margin"] = t.margin;
+          return;
+        }
+        if (run.ids.size() != 1 || run.ids[0] != t.best) {
+          set_result(r, false, what + ": answered " + ids_text(run.ids, 0, 4) + " for one id where greedy decoding gives " +
+                                   std::to_string(t.best) + " (our reference's top two " + sci(t.margin) + " apart)");
+          r.stats["first_over"] = static_cast<double>(t.prompt.size()) - 1;
+          return;
+        }
+        if (const std::string off = off_reference(c, r, t.prompt, run); !off.empty()) {
+          set_result(r, false, what + ": " + off);
+          return;
+        }
+      }
+    }
+    if (ties.empty()) {
+      ties_text = "; no top-2 margin over " + sci(2 * c.tol().logits) + " after drawn ids: the runner-up runs left out";
+    } else if (!rules.empty()) {
+      r.stats["near_tie_narrowest"] = ties.front().margin;
+      r.stats["near_tie_widest"] = ties.back().margin;
+      ran += (ran.empty() ? "" : ", ") + std::to_string(ties.size() * rules.size()) + " one-id runs drafting our runner-up";
+      ties_text = "; our runner-up drafted after " + std::to_string(ties.size()) + " prompts of drawn ids whose next id's top two are " +
+                  sci(ties.front().margin) + " to " + sci(ties.back().margin) + " apart, rejected each (" + join(rules) +
+                  "): an engine keeping a draft within more than " + sci(ties.front().margin) +
+                  " of the best at temperature 0 keeps one of them";
+    }
+  }
   if (runs == 0) return skip(r, skipped.substr(2));
   r.figure = r.stats["max_abs_diff"];
   const std::string judged = r.stats.count("ids_only") ? std::string("the target answers ids alone: ids judged, no logits")
@@ -332,7 +470,7 @@ void spec_greedy_check(CheckContext& c, CheckResult& r) {
                                                              sci(r.stats["max_abs_diff"]) + ")";
   set_result(r, true, std::to_string(runs) + " speculative runs (" + ran + "; the runs not over the whole run to " +
                           std::to_string(kShortPast) + " past the window), each plain greedy id for id, " + judged + "; accepted at k = " +
-                          std::to_string(kMainK) + ": " + summary + skipped);
+                          std::to_string(kMainK) + ": " + summary + ties_text + skipped);
 }
 
 // --- spec-seeded ---
@@ -570,11 +708,26 @@ ChiSquare chi_square(const std::string& name, const std::map<Key, double>& expec
   return t;
 }
 
+// The bias D a test of `t.draws` draws finds with kSigmas of power: lambda = D x draws solving
+// (lambda + df - critical) / sqrt(2 (df + 2 lambda)) = kSigmas (the larger root).
+double bias_at_power(const ChiSquare& t) {
+  const double df = static_cast<double>(t.df), a = t.critical - df, s2 = kSigmas * kSigmas;
+  const double lambda = a + 2 * s2 + std::sqrt((a + 2 * s2) * (a + 2 * s2) - a * a + 2 * s2 * df);
+  return lambda / static_cast<double>(std::max<int64_t>(1, t.draws));
+}
+
+// A test's line: its statistic and its power at D = kBias; a test its draws do not size for kBias (the one
+// after a rejection runs on the share of draws that had one) says the bias it does find with kSigmas.
 std::string chi_text(const ChiSquare& t) {
-  char b[200];
-  std::snprintf(b, sizeof b, "%s: chi2 %.1f, df %lld, critical %.1f (%lld draws, power %.1f sigma at D = %.2f)", t.name.c_str(), t.statistic,
+  char b[320];
+  std::snprintf(b, sizeof b, "%s: chi2 %.1f, df %lld, critical %.1f (%lld draws, power %.1f sigma at D = %.2f", t.name.c_str(), t.statistic,
                 static_cast<long long>(t.df), t.critical, static_cast<long long>(t.draws), t.power_sigmas, kBias);
-  return b;
+  std::string out = b;
+  if (t.power_sigmas < kSigmas) {
+    std::snprintf(b, sizeof b, "; not sized for it: %.0f sigma at D = %.3f", kSigmas, bias_at_power(t));
+    out += b;
+  }
+  return out + ")";
 }
 
 // The target's distribution of the id after `seq` through the sampler pipeline, from our uncached model.
@@ -809,10 +962,12 @@ CheckDef spec_greedy_def() {
           "verify step of the drafts and the last id are a one-token step's (our reference) - the main run's own ids replayed as "
           "drafts (replay: always right, every draft accepted, asserted; wrong every p: those at multiples of p moved by one id, "
           "accepted in part with or without a trained draft), the trained draft (model) and prompt lookup (ngram): " +
-              runs_text(),
+              runs_text() + "; and our runner-up drafted, under each rule offered, after the prompts of drawn ids whose next id's "
+              "top two are closest (the " + std::to_string(kNearTies) + " narrowest margins over twice the bound among " +
+              std::to_string(kTieContexts) + " contexts of " + std::to_string(kTieLength) + " ids): rejected each",
           spec_greedy_check, static_cast<Tags>(Tag::PastWindow), Judge::Reference, {Op::Speculate}, Cost::Runs,
           "a verify step without its causal mask or at shifted positions, rejected entries left in the cache, a wrong accepted count, "
-          "the bonus id from the wrong position, every draft accepted"};
+          "the bonus id from the wrong position, every draft accepted, a draft kept within a tolerance of the best in greedy decoding"};
 }
 
 CheckDef spec_seeded_def() {
@@ -851,7 +1006,8 @@ CheckDef spec_distribution_def() {
               "a rejected draft, by chi-square against our uncached model's exact probabilities (an id drawn where that probability is nil "
               "fails it at once) at a false alarm rate of " +
               sci(kFalseAlarm) + " each, the draws sized so a bias " + kBiasMeasure + " of " + fixed(kBias, 2) +
-              " at either position is found with " + fixed(kSigmas, 0) + " sigma of power",
+              " at either position is found with " + fixed(kSigmas, 0) + " sigma of power (the test after a rejection runs on the "
+              "draws that had one, and states the bias it finds with that power)",
           spec_distribution_check, static_cast<Tags>(Tag::Deep), Judge::Law, {Op::Speculate}, Cost::Runs,
           std::string("an acceptance test other than the exact rule's (every draft accepted, the draft's random stream reused), q or p "
                       "not the distributions after the whole sampler pipeline, a residual other than the rule's or not normalised, a "
