@@ -34,6 +34,10 @@ Variants for the suite's own tests (TINYGPT_ENGINE_FAULT=NAME[,NAME...]):
                        appends land in the other's cache
     released-slot-not-reset  a released row's entries stay in its slot; a row admitted into the slot
                        starts on them
+    released-slot-kept-on-reuse  the same, and a prompt served a reused prefix in that slot takes the
+                       prefix after the stale entries (the slot is never emptied)
+    reused-one-past-the-prefix  a prompt cache reuses one entry past the prefix the prompt shares (the
+                       cached row's next entry, another token's)
     shift-off-by-one   a context shift rotates the kept keys back one position too few
     rollback-keeps-one  `truncate` drops one entry too few (its position moves back by n)
   what real engines do on purpose:
@@ -81,6 +85,7 @@ KNOWN = {"rope-offset", "topleft-mask", "no-reset", "top-p-boundary", "penalty-d
          "restore-position-from-window", "state-by-reference", "shift-keys-not-rotated", "threads-race",
          "shared-generator", "seeds-need-every-row", "joined-at-batch-position", "live-row-reused", "shifted-entries-reused",
          "reused-past-the-window", "state-saved-without-history", "fork-shares-storage", "released-slot-not-reset",
+         "released-slot-kept-on-reuse", "reused-one-past-the-prefix",
          "shift-off-by-one", "rollback-keeps-one",
          "seed-sampler", "top-k-exact", "gelu-tanh", "one-sequence", "log-probabilities", "never-trims"} | speculative.FAULTS
 DECLARE = [d for d in os.environ.get("TINYGPT_ENGINE_DECLARE", "").split(",") if d]
@@ -98,6 +103,11 @@ OPERATIONS = {2: ["ragged", "join", "fork", "truncate", "bench", "threads", "row
 
 def has(name):
     return name in VARIANTS
+
+
+def keeps_slots():
+    """A released row's entries stay in its slot (planted: released-slot-not-reset, released-slot-kept-on-reuse)."""
+    return has("released-slot-not-reset") or has("released-slot-kept-on-reuse")
 
 
 @torch.no_grad()
@@ -217,7 +227,7 @@ class Engine:
         hd = self.model.c["d_model"] // heads
         empty = lambda: torch.zeros(1, heads, 0, hd)  # noqa: E731
         rid = next(i for i in range(len(self.rows) + 1) if i not in self.rows)
-        kv = self.slots.pop(rid, None) if has("released-slot-not-reset") else None
+        kv = self.slots.pop(rid, None) if keeps_slots() else None
         self.rows[rid] = {"kv": kv or [[empty(), empty()] for _ in range(layers)], "pos": 0, "ids": []}
         return rid
 
@@ -257,10 +267,15 @@ class Engine:
             fed = list(r[-ctx:])
             old, shared = self.take_released(fed) if PROTOCOL >= 3 and len(r) <= ctx else (None, 0)
             keep = shared if has("reused-prefix-too-long") else min(shared, len(fed) - 1)
+            if has("reused-one-past-the-prefix") and old is not None and 0 < shared < min(len(old["ids"]), len(fed) - 1):
+                keep = shared + 1  # planted: the cached row's next entry, another token's, reused too
             rid = self.new_row()
             row = self.rows[rid]
             if old is not None and keep > 0:
-                row["kv"] = [[K[:, :, :keep], V[:, :, :keep]] for K, V in old["kv"]]
+                prefix = [[K[:, :, :keep], V[:, :, :keep]] for K, V in old["kv"]]
+                if has("released-slot-kept-on-reuse"):  # planted: the prefix after the slot's stale entries
+                    prefix = [[torch.cat([K0, K], 2), torch.cat([V0, V], 2)] for (K0, V0), (K, V) in zip(row["kv"], prefix)]
+                row["kv"] = prefix
                 if has("live-row-reused") and any(old is r for r in self.rows.values()):  # planted: the running row cut
                     old["kv"], old["pos"], old["ids"] = [[K.clone(), V.clone()] for K, V in row["kv"]], keep, old["ids"][:keep]
                 row["pos"], row["ids"] = keep, fed[:keep]
@@ -643,7 +658,7 @@ def main():
             out = {"ok": True}
         elif op == "release":
             row = engine.rows.pop(req["row"], None)
-            if row is not None and has("released-slot-not-reset"):
+            if row is not None and keeps_slots():
                 engine.slots[req["row"]] = row["kv"]
             if row is not None:
                 engine.released = (engine.released + [row])[-8:]  # a bounded prompt cache

@@ -2,13 +2,14 @@
 """Runs `tinygpt conform` on an engine variant and checks which rows failed, by name: a verdict is
 only useful if it points at the right check. Usage:
   expect_rows.py TINYGPT WORK_DIR --exactly a,b | --includes a,b | --none  [--skipped a,b] [--passed a,b]
-                 [--says ROW=TEXT]... [--past-window true|false] [--diagnosis F|none] -- CONFORM ARGS...
+                 [--says ROW=TEXT]... [--past-window true|false] [--diagnosis F|none] [--diagnosis-says TEXT] -- CONFORM ARGS...
 --exactly: the failed rows are exactly these; --includes: these are among them (others may fail too);
 --none: no row fails (exit 0); --skipped: these rows are reported as skipped (declared deviations);
 --passed: these rows ran and passed (whatever else the run did);
 --says: row ROW's detail contains TEXT (why it was skipped, what it judged);
 --past-window: the report says the run went past the window (true) or was kept inside it (false);
---diagnosis: the run's diagnosis (conform --diagnose) names fault F first, or says no known fault matches.
+--diagnosis: the run's diagnosis (conform --diagnose) names fault F first, or says no known fault matches;
+--diagnosis-says: its text contains TEXT.
 
 One conform run several tests assert on (a ctest fixture: the run is the costly part):
   expect_rows.py TINYGPT WORK_DIR --run-only -- CONFORM ARGS...     runs it, keeps WORK_DIR/conform.json and
@@ -28,6 +29,7 @@ def main():
     split = args.index("--") if "--" in args else len(args)
     opts, conform = args[2:split], args[split + 1:]
     mode, names, skipped, diagnosis, says, past_window, passed, run_only, source = None, [], [], None, [], None, [], False, None
+    diagnosis_says = None
     i = 0
     while i < len(opts):
         if opts[i] in ("--exactly", "--includes"):
@@ -38,6 +40,9 @@ def main():
             i += 1
         elif opts[i] == "--diagnosis":
             diagnosis = opts[i + 1]
+            i += 2
+        elif opts[i] == "--diagnosis-says":
+            diagnosis_says = opts[i + 1]
             i += 2
         elif opts[i] == "--past-window":
             past_window = {"true": True, "false": False}[opts[i + 1]]
@@ -122,6 +127,8 @@ def main():
             problems.append("'no known fault' does not say what each failing row showed: %r" % d.get("saw"))
         elif diagnosis != "none" and (not d["matches"] or d["matches"][0] != diagnosis):
             problems.append("expected the diagnosis to name %s first, got %s: %s" % (diagnosis, d["matches"], d["text"]))
+        elif diagnosis_says is not None and diagnosis_says not in d["text"]:
+            problems.append("expected the diagnosis to say %r: %s" % (diagnosis_says, d["text"]))
         else:
             print("diagnosis: " + d["text"])
     for p in problems:

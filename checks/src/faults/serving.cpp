@@ -37,7 +37,8 @@ void register_serving_faults(FaultFile& r) {
     void reuse(KVCache&) const override {}
   };
   r.add(serving_loop_fault<SlotReusedWithoutReset>("released-slot-not-reset",
-                                                   "a left row's cache slot handed to a new row without a reset", check::kJoinLeave), {"reference:released-slot-not-reset"});
+                                                   "a left row's cache slot handed to a new row without a reset", check::kJoinLeave),
+        {"reference:released-slot-not-reset", "reference:released-slot-kept-on-reuse"});
 
   // A fork that copies the handle, not the entries: parent and child write into one storage.
   class ForkSharesStorage final : public Wrapped {
@@ -163,7 +164,7 @@ void register_serving_faults(FaultFile& r) {
   };
   r.add(serving_loop_fault<ReusedPrefixTooLong>("reused-prefix-too-long",
                                                 "a fully cached prompt keeps every entry and feeds its last token again after them",
-                                                check::kPrefixReuse), {"reference:reused-prefix-too-long", "llama.cpp:reused-prefix-too-long"});
+                                                check::kPrefixReuse), {"reference:reused-prefix-too-long", "reference:reused-one-past-the-prefix", "llama.cpp:reused-prefix-too-long"});
 
   // A row's state saved in part: without its oldest 16 entries (a fragmented cache saved from its
   // second block on), so the restored row attends to a shorter window than it had.

@@ -190,7 +190,7 @@ std::string positions(const Seen& s, const std::vector<std::string>& order) {
 }  // namespace
 
 nlohmann::json to_json(const Diagnosis& d) {
-  return {{"failing", d.failing}, {"matches", d.matches}, {"closest", d.closest}, {"saw", d.saw}, {"text", d.text}};
+  return {{"failing", d.failing}, {"matches", d.matches}, {"closest", d.closest}, {"saw", d.saw}, {"differs", d.differs}, {"text", d.text}};
 }
 
 Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector<CheckResult>& rows,
@@ -243,14 +243,28 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   constexpr double kFactor = 3.0;
   int best = -1000;
   size_t closest = faults.size();
-  // Faults failing the same rows, by how they compare with the engine's failures (diagnose.h):
+  // Faults whose signature holds on every row both fail (diagnose.h), ranked: the engine's own rows
+  // first, then the most rows in common and the fewest apart, then positions, then magnitudes.
   struct Candidate {
-    bool exact = false;  // every position equal too (ranked first)
-    double far = 0;      // how far the magnitudes are (log ratio), the tie-break
+    bool same_rows = false;  // fails exactly the engine's rows
+    int shared = 0, apart = 0;  // rows both fail; rows only one of them fails
+    bool exact = false;      // every position equal too
+    double far = 0;          // how far the magnitudes are (log ratio), the tie-break
     std::string name;
-    std::string differs;  // for one that resembles: where its signature differs, in words
-    bool operator<(const Candidate& o) const { return exact != o.exact ? exact : far != o.far ? far < o.far : name < o.name; }
+    std::string differs;     // for one that resembles: where its signature differs, in words
+    std::string rows_differ; // for a match on other rows: which, in words
+    std::vector<std::string> shared_rows;
+    bool same_positions = false;  // every row both fail first at the same position
+    bool operator<(const Candidate& o) const {
+      if (same_rows != o.same_rows) return same_rows;
+      if (shared != o.shared) return shared > o.shared;
+      if (apart != o.apart) return apart < o.apart;
+      return exact != o.exact ? exact : far != o.far ? far < o.far : name < o.name;
+    }
   };
+  // Rows where the engine chooses what it reuses or how it schedules: the first wrong position follows
+  // its choice (how long a prefix it took, where it placed a request), so it only ranks.
+  const std::set<std::string> engine_placed = {check::kPrefixReuse, check::kReuseAfterShift, check::kReusePastWindow, check::kServed};
   std::vector<Candidate> same_signature;  // the signature holds: a match
   std::vector<Candidate> resembling;      // the same rows, but the signature differs
   std::vector<std::string> unplaced;      // the same rows, and no row says where it parted
@@ -260,16 +274,30 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
     for (const auto& n : g.failing) overlap += engine.failing.count(n) ? 1 : -1;
     for (const auto& n : engine.failing) overlap -= g.failing.count(n) ? 0 : 1;
     if (overlap > best && !g.failing.empty()) best = overlap, closest = i;
-    if (g.failing != engine.failing) continue;
-    // The signature, row by row (diagnose.h).
-    bool holds = true, exact = true;
+    std::vector<std::string> shared, only_fault, only_engine;
+    for (const auto& c : model_checks()) {
+      const bool f = g.failing.count(c.name) > 0, e = engine.failing.count(c.name) > 0;
+      if (f && e) shared.push_back(c.name);
+      else if (f) only_fault.push_back(c.name);
+      else if (e) only_engine.push_back(c.name);
+    }
+    const bool same_rows = only_fault.empty() && only_engine.empty();
+    // Other rows than the engine's: named only by a serving operation both fail after (churn's plan
+    // names several at once, so it does not count alone).
+    const bool by_operation = std::any_of(shared.begin(), shared.end(), [](const std::string& n) {
+      return n != check::kChurn && row_ops().count(n) > 0;
+    });
+    if (!same_rows && !by_operation) continue;
+    // The signature, row by row (diagnose.h), on the rows both fail.
+    bool holds = true, exact = true, same_positions = true;
     int placed = 0;
     std::string differs;
     auto differ = [&](const std::string& why) {
       if (differs.empty()) differs = why;
     };
     double far = 0, far_steps = 0;
-    for (const auto& [n, e] : engine.rows) {
+    for (const auto& n : shared) {
+      const RowSeen& e = engine.rows.at(n);
       const RowSeen& f = g.rows.at(n);
       double apart = 0;
       auto ratio = [&](const std::optional<double>& a, const std::optional<double>& b, double weight) {
@@ -279,7 +307,10 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
       ratio(f.worst, e.worst, 1.0);
       ratio(f.kl, e.kl, 0.5);  // KL goes as a |diff| squared
       far = std::max(far, apart);
-      if (e.first && f.first && *e.first != *f.first) exact = false;
+      if (e.first && f.first && *e.first != *f.first) {
+        same_positions = false;
+        if (!engine_placed.count(n)) exact = false;  // where the engine placed the operation, positions only rank
+      }
       if (!e.op.empty() && !f.op.empty()) {
         // Churn: the operations between the row's last right logits and its first wrong ones, on both
         // sides; the bug's is among them, so they must share one (the same set ranks first). Its
@@ -287,6 +318,10 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
         ++placed;
         if (!shares_one(e.op, f.op)) holds = false, differ(n + " after " + f.op);
         if (e.op != f.op) exact = false;
+        continue;
+      }
+      if (engine_placed.count(n)) {  // the operation is the row's own; where it parts is the engine's choice
+        ++placed;
         continue;
       }
       // Every other row runs the check's own schedule: the same first position, a like |diff| there and
@@ -304,9 +339,25 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
           far_steps = std::max(far_steps, 1e9), differ(n + " peaking at " + std::to_string(*f.worst_at));
       }
     }
-    if (placed == 0) unplaced.push_back(faults[i]->name);
-    else if (holds && far_steps <= std::log(kFactor)) same_signature.push_back({exact, far, faults[i]->name, ""});
-    else resembling.push_back({exact, std::max(far, far_steps), faults[i]->name, differs});
+    std::string rows_differ;
+    if (!only_fault.empty()) rows_differ = "on our model it also fails " + join(only_fault) + ", which the engine passed";
+    if (!only_engine.empty())
+      rows_differ += (rows_differ.empty() ? "" : "; ") + std::string("the engine also fails ") + join(only_engine) +
+                     ", which it passes on our model";
+    const Candidate cand{same_rows, static_cast<int>(shared.size()), static_cast<int>(only_fault.size() + only_engine.size()),
+                         exact, 0, faults[i]->name, "", rows_differ, shared, same_positions};
+    if (placed == 0) {
+      if (same_rows) unplaced.push_back(faults[i]->name);
+    } else if (holds && far_steps <= std::log(kFactor)) {
+      Candidate c = cand;
+      c.far = far;
+      same_signature.push_back(c);
+    } else if (same_rows) {
+      Candidate c = cand;
+      c.far = std::max(far, far_steps);
+      c.differs = differs;
+      resembling.push_back(c);
+    }
   }
   std::sort(same_signature.begin(), same_signature.end());
   std::sort(resembling.begin(), resembling.end());
@@ -319,9 +370,14 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   if (!d.matches.empty()) {
     const std::string& m = d.matches.front();
     const CacheVariant& f = cache_registry().get(m);
-    d.text += "match the fault " + m + " on our model: the same rows fail with the same signature (" + saw + ")" +
-              (same_signature.front().exact ? ", first at the same positions" : "") + "; " +
-              (f.remedy.empty() ? f.description : f.remedy);
+    const Candidate& c = same_signature.front();
+    d.differs = c.rows_differ;
+    std::string saw_shared;  // what the engine showed in the rows both fail
+    for (const auto& n : c.shared_rows) saw_shared += (saw_shared.empty() ? "" : "; ") + saw_in(n, engine.rows.at(n), context);
+    d.text += "match the fault " + m + " on our model: " +
+              (c.same_rows ? "the same rows fail with the same signature (" + saw + ")"
+                           : "the rows both fail have the same signature (" + saw_shared + "), though " + c.rows_differ) +
+              (c.same_positions ? ", first at the same positions" : "") + "; " + (f.remedy.empty() ? f.description : f.remedy);
     if (d.matches.size() > 1) {
       d.text += " (the same signature, by magnitudes further from the engine's: " +
                 join(std::vector<std::string>(d.matches.begin() + 1, d.matches.end())) + ")";
