@@ -127,7 +127,9 @@ Command add_conform(CLI::App& app) {
                 "the tolerance; the engine must offer the threads operation)");
   cmd->add_flag("--diagnose", c.diagnose,
                 "when model rows fail, run the fault catalogue on our model through the same rows and say which fault\n"
-                "fails exactly those rows at the same first positions (and what to do), or that none does");
+                "fails them after the same operation (the entries it touched; where the check fixes the schedule, at the\n"
+                "same first position) - ranked by the rows both fail, any row that differs said - and what to do, or that\n"
+                "none does");
   cmd->add_option("--vary", c.variation,
                   "held-out runs: N > 0 runs the serving rows with another churn plan (seed 36 + N), other prompt lengths and\n"
                   "another context-shift keep, so positions and magnitudes move while the operations stay; --diagnose reruns its\n"
