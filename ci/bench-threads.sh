@@ -31,7 +31,7 @@ for spins in 10000 0; do
     printf "  batch 1: 2 threads %.2fx 1 thread; batch 16: %.2fx\n", r["1 2"] / r["1 1"], r["16 2"] / r["16 1"]}'
   alone=$(verify_s "$spins")
   # The busy loop in a process group of its own (job control: the loop and its shell end together),
-  # but in this session: setsid would also put it in an autogroup of its own (kernel.sched_autogroup_enabled),
+  # but in the script's own session: setsid would also put it in an autogroup of its own (kernel.sched_autogroup_enabled),
   # where its nice value no longer counts against verify and the loop takes a whole core (docs/perf.md).
   set -m
   sh -c "$BUSY" & busy=$!
