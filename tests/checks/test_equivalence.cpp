@@ -34,6 +34,16 @@
 namespace tinygpt::checks {
 namespace {
 
+// The offer of a test target that forwards to `inner` but neither shows its sampler nor makes a second
+// instance of itself (it overrides neither).
+Offers forwarded_offers(const DecodeTarget& inner) {
+  Offers o = inner.offers();
+  o.no_sampler = "the forwarding target shows no sampler";
+  o.no_second_instance = "the forwarding target makes no second instance";
+  return o;
+}
+
+
 // A small model keeps the full fault matrix fast; its context is short so 2.5 windows are cheap.
 EquivalenceOptions options(const at::Tensor& prompt, int64_t tokens) {
   EquivalenceOptions o;
@@ -393,6 +403,30 @@ TEST_F(Harness, AFaultTheModelCannotShowIsNotObservableNeitherFailNorPass) {
   EXPECT_TRUE(j["faults"][0]["effect"].is_number());
 }
 
+// Where the row that must catch a fault was skipped (here: window-reference, inside the window), nothing
+// saw the fault either way: it is not measured, and the matrix fails it as before.
+TEST_F(Harness, AFaultWhoseRowWasSkippedIsNotExcused) {
+  CacheVariant v = cache_registry().get("rolling");
+  v.name = "planted-inert-unseen";
+  v.description = "the production path under another name, its row skipped";
+  v.is_fault = true;
+  v.expected = {"window-reference"};
+  v.checks = {"tokens", "logits", "window-reference"};
+  v.inert_on = [](const GPT&) { return std::string("planted: the same arithmetic"); };
+  EquivalenceOptions inside = opts;
+  inside.tokens = 24;  // inside the 32-token window
+  inside.past_window = false;
+  InjectionOptions io;
+  io.controls = {&cache_registry().get("rolling")};
+  const auto rep = run_injection(model, inside, {&v}, io);
+  ASSERT_EQ(rep.faults.size(), 1u);
+  const FaultOutcome& f = rep.faults[0];
+  EXPECT_FALSE(f.ran("window-reference"));
+  EXPECT_TRUE(f.observable);
+  EXPECT_FALSE(f.effect_measured);
+  EXPECT_FALSE(rep.faults_passed());
+}
+
 // Values scaled by 1.01 on their way to the attention: a real effect, far under a loose bound.
 class ScaledValues final : public KVCache {
  public:
@@ -678,8 +712,8 @@ class Forwarding : public DecodeTarget, public RowServing {
   void reset() override { inner_.reset(); }
   at::Tensor prefill(const at::Tensor& ids) override { return inner_.prefill(ids); }
   at::Tensor step(const at::Tensor& ids) override { return inner_.step(ids); }
-  Offers make_offers() const override { return inner_.offers(); }
-  RowServing* row_serving() override { return this; }
+  Offers make_offers() const override { return forwarded_offers(inner_); }
+  RowServing& serving() override { return *this; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& p, at::Tensor& l) override { return inner_.add_rows(p, l); }
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override { return inner_.step_rows(rows, ids); }
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override { return inner_.extend_row(row, ids); }

@@ -25,6 +25,16 @@
 namespace tinygpt::checks {
 namespace {
 
+// The offer of a test target that forwards to `inner` but neither shows its sampler nor makes a second
+// instance of itself (it overrides neither).
+Offers forwarded_offers(const DecodeTarget& inner) {
+  Offers o = inner.offers();
+  o.no_sampler = "the forwarding target shows no sampler";
+  o.no_second_instance = "the forwarding target makes no second instance";
+  return o;
+}
+
+
 const std::vector<std::string> kSpecRows = {check::kSpecGreedy, check::kSpecSeeded, check::kSpecStops, check::kSpecCache,
                                             check::kSpecDistribution};
 
@@ -189,10 +199,7 @@ class DraftsOnlyWithRoom final : public DecodeTarget {
   Generation generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) override {
     return inner_.generate(prompt, n, choose);
   }
-  Offers make_offers() const override { return inner_.offers(); }
-  std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override {
-    return inner_.speculate_unsupported(draft, rule);
-  }
+  Offers make_offers() const override { return forwarded_offers(inner_); }
   SpeculativeAnswer speculate(const SpeculativeRequest& q) override {
     SpeculativeRequest first = q;
     first.draft = "none";

@@ -29,7 +29,7 @@ HEADER_ROOM = {
     "table": ["check_suite", "deviations"],
     "faults": ["cache_registry", "faults"],
     "runs": ["inject", "golden_compare", "golden", "sample_grid", "verify", "diagnose"],
-    "conform": ["conform", "repro"],
+    "conform": ["conform", "engine_unusable", "repro"],
     "reports": ["report", "catalogue", "compare"],
 }
 ROOM_OF = {h: r for r, hs in HEADER_ROOM.items() for h in hs}

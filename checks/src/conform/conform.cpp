@@ -337,12 +337,12 @@ void run_rows(const std::vector<std::string>& names, CheckContext& ctx, RemoteTa
   std::string main_sender;
   for (const auto& name : names) {
     const CheckDef& def = find_check(name);
-    if (!target.sampler() && def.is(Tag::Sampler)) {
+    if (!target.offers().no_sampler.empty() && def.is(Tag::Sampler)) {
       if (!said_no_sampler) {
         CheckResult row;
         row.name = "sampler";
         row.status = Status::Skipped;
-        row.detail = "skipped: the engine has no sampler (its hello says \"sampler\": false)";
+        row.detail = "skipped: " + target.offers().no_sampler;
         rep.rows.push_back(row);
         said_no_sampler = true;
       }
@@ -557,7 +557,7 @@ ConformReport run_conform(const ConformOptions& o) {
   // The speculative rows' trained draft (the fixture's golden/draft.safetensors: it shares the
   // vocabulary of every model here), sent in the engine's format on first use.
   Checkpoint draft_ck;
-  if (target.offers().why_not(Op::Speculate).empty() && target.speculate_unsupported("model", AcceptRule::Exact).empty()) {
+  if (target.offers().why_not_speculate("model", AcceptRule::Exact).empty()) {
     const std::string path = data_dir() + "/draft.safetensors";
     if (std::filesystem::exists(path)) {
       draft_ck = read_any_checkpoint(path);

@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tinygpt/results/result.h"
+
 namespace tinygpt::checks {
 
 namespace {

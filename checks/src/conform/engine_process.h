@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "tinygpt/checks/conform.h"
+#include "tinygpt/checks/engine_unusable.h"
 
 namespace tinygpt::checks {
 

@@ -64,8 +64,13 @@ Offers MirrorTarget::make_offers() const {
   for (unsigned i = 0; i < kOpCount; ++i)
     if (o.missing[i].empty() && !b.missing[i].empty()) o.missing[i] = "its f32 baseline: " + b.missing[i];
   if (o.no_rows.empty() && !b.no_rows.empty()) o.no_rows = "its f32 baseline: " + b.no_rows;
-  o.max_rows = m.max_rows == 0 ? b.max_rows : b.max_rows == 0 ? m.max_rows : std::min(m.max_rows, b.max_rows);
-  return o;
+  o.max_rows = !m.max_rows ? b.max_rows : !b.max_rows ? m.max_rows : std::min(*m.max_rows, *b.max_rows);
+  return o;  // the sampler, the drafts and the rules are the main target's alone (speculate goes to it only)
+}
+
+RowServing& MirrorTarget::serving() {
+  main_->serving();  // throws where the main target has no rows
+  return *this;
 }
 
 std::vector<int64_t> MirrorTarget::add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) {
@@ -133,10 +138,9 @@ void MirrorTarget::shift_row(int64_t row, int64_t keep, int64_t discard) {
 }
 
 std::unique_ptr<DecodeTarget> MirrorTarget::second_instance() const {
-  auto m = main_->second_instance();
-  if (!m) return nullptr;
+  auto m = main_->second_instance();  // throws where the main target makes none (its offer says so)
+  if (!base_->offers().no_second_instance.empty()) return m;  // no baseline there: the second instance's answers are not compared
   auto b = base_->second_instance();
-  if (!b) return m;  // no baseline there: the second instance's answers are not compared
   return std::unique_ptr<DecodeTarget>(new MirrorTarget(std::move(m), std::move(b), shared_));
 }
 

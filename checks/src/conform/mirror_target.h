@@ -31,10 +31,10 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
   void reset() override;
   at::Tensor prefill(const at::Tensor& ids) override;
   at::Tensor step(const at::Tensor& ids) override;
-  const props::SamplerUnderTest* sampler() const override { return main_->sampler(); }
+  const props::SamplerUnderTest& sampler() const override { return main_->sampler(); }
   std::string loop_name() const override { return main_->loop_name(); }
   // Rows where the main target has them (the baseline must too: its offer asks both).
-  RowServing* row_serving() override { return main_->row_serving() ? this : nullptr; }
+  RowServing& serving() override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
@@ -50,9 +50,6 @@ class MirrorTarget final : public DecodeTarget, public RowServing {
   std::unique_ptr<DecodeTarget> second_instance() const override;
   // Speculative runs go to the judged engine alone: its own loop, not requests the baseline can mirror.
   SpeculativeAnswer speculate(const SpeculativeRequest& r) override { return main_->speculate(r); }
-  std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override {
-    return main_->speculate_unsupported(draft, rule);
-  }
   Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) override {
     return main_->seeded(prompt, n, s, seed);
   }

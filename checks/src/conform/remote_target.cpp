@@ -85,7 +85,31 @@ Offers RemoteTarget::make_offers() const {
   if (!takes_rows_) o.no_rows = "the engine takes whole requests only (its hello says \"rows\": false): no prefill or step of a row";
   o.max_rows = max_rows_;
   o.deviations = deviations_;
+  if (!has_sampler_) o.no_sampler = "the engine has no sampler (its hello says \"sampler\": false)";
+  if (!spawn_) o.no_second_instance = "no second process of the engine was asked for";
+  for (const std::string& d : draft_kinds())
+    if (std::find(drafts_.begin(), drafts_.end(), d) == drafts_.end())
+      o.drafts_missing[d] = "the engine does not draft with '" + d + "' (its hello's speculate drafts: " + engine_json(json(drafts_)) + ")";
+  for (const AcceptRule r : {AcceptRule::Exact, AcceptRule::SampleAndMatch})
+    if (std::find(rules_.begin(), rules_.end(), accept_rule_name(r)) == rules_.end())
+      o.rules_missing[accept_rule_name(r)] = std::string("the engine does not accept by the ") + accept_rule_name(r) +
+                                             " rule (its hello's speculate rules: " + engine_json(json(rules_)) + ")";
   return o;
+}
+
+const props::SamplerUnderTest& RemoteTarget::sampler() const {
+  if (!has_sampler_) throw std::logic_error(offers().no_sampler);
+  return sampler_;
+}
+
+RowServing& RemoteTarget::serving() {
+  if (protocol_ < 2) throw std::logic_error(offers().why_not(Op::Ragged));
+  return *this;
+}
+
+std::unique_ptr<DecodeTarget> RemoteTarget::second_instance() const {
+  if (!spawn_) throw std::logic_error(offers().no_second_instance);
+  return spawn_();
 }
 
 std::string RemoteTarget::why_not(Op op) const {
@@ -254,20 +278,8 @@ std::vector<std::pair<int64_t, double>> top_entries(const json& step, int64_t V,
 }
 }  // namespace
 
-std::string RemoteTarget::speculate_unsupported(const std::string& draft, AcceptRule rule) const {
-  const std::string why = offers().why_not(Op::Speculate);
-  if (!why.empty()) return why;
-  auto listed = [](const std::vector<std::string>& l, const std::string& x) { return std::find(l.begin(), l.end(), x) != l.end(); };
-  if (!listed(drafts_, draft))
-    return "the engine does not draft with '" + draft + "' (its hello's speculate drafts: " + engine_json(json(drafts_)) + ")";
-  if (!listed(rules_, accept_rule_name(rule)))
-    return std::string("the engine does not accept by the ") + accept_rule_name(rule) + " rule (its hello's speculate rules: " +
-           engine_json(json(rules_)) + ")";
-  return "";
-}
-
 SpeculativeAnswer RemoteTarget::speculate(const SpeculativeRequest& q) {
-  const std::string why = speculate_unsupported(q.draft, q.settings.rule);
+  const std::string why = offers().why_not_speculate(q.draft, q.settings.rule);
   if (!why.empty()) throw std::logic_error(why);
   const SpeculativeSettings& s = q.settings;
   json r = {{"op", "speculate"}, {"ids", q.prompt},       {"n", q.n},

@@ -69,13 +69,13 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   void reset() override;
   at::Tensor prefill(const at::Tensor& ids) override;
   at::Tensor step(const at::Tensor& ids) override;
-  // nullptr when hello said "sampler": false: the sampler rows are then skipped, saying so.
-  const props::SamplerUnderTest* sampler() const override { return has_sampler_ ? &sampler_ : nullptr; }
+  // Where hello said "sampler": false, the offer says so (Offers::no_sampler) and this throws.
+  const props::SamplerUnderTest& sampler() const override;
   std::string loop_name() const override { return "engine"; }
 
   // Protocols 2 and 3: rows by id. An operation is supported when hello's protocol has it and its
   // "operations" list names it (extend is protocol 3's).
-  RowServing* row_serving() override { return protocol_ >= 2 ? this : nullptr; }
+  RowServing& serving() override;
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
@@ -91,7 +91,6 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   // Op "speculate": the engine's own draft-and-verify decoding (hello's "speculate" lists the draft
   // kinds and acceptance rules it offers). A "model" draft goes as a file the writer set below makes.
   SpeculativeAnswer speculate(const SpeculativeRequest& request) override;
-  std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const override;
   Generation seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) override;
   // Writes a draft model in the engine's format and returns the path the engine loads (called once per
   // draft model; conform writes it beside the target's weights).
@@ -99,10 +98,11 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   void set_draft_writer(DraftWriter w) { draft_writer_ = std::move(w); }
   int64_t requests() const { return p_.requests(); }
   // A second process of the same engine (started, greeted and loaded by `spawn` when asked): where
-  // save-restore restores its states into a fresh context. Without a spawn, none.
+  // save-restore restores its states into a fresh context. Set before offers() is first asked; without a
+  // spawn the offer says there is none.
   using Spawn = std::function<std::unique_ptr<DecodeTarget>()>;
   void set_spawn(Spawn spawn) { spawn_ = std::move(spawn); }
-  std::unique_ptr<DecodeTarget> second_instance() const override { return spawn_ ? spawn_() : nullptr; }
+  std::unique_ptr<DecodeTarget> second_instance() const override;
   // Keeps what the engine's process belongs to alive as long as this target (a spawned instance's).
   void own(std::shared_ptr<void> owner) { owner_ = std::move(owner); }
 
@@ -113,8 +113,9 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   const std::optional<std::string>& unusable() const { return unusable_; }
 
  protected:
-  // From its hello: the operations it names (by protocol), rows or whole requests only, max_rows, its
-  // deviations.
+  // From its hello: the operations it names (by protocol), the draft kinds and rules it speculates
+  // with, its sampler, rows or whole requests only, max_rows, its deviations; a second instance where
+  // a spawn is set.
   Offers make_offers() const override;
 
  private:
@@ -137,7 +138,7 @@ class RemoteTarget final : public DecodeTarget, public RowServing {
   int64_t vocab_, context_;
   std::optional<std::string> unusable_;
   std::vector<int64_t> reused_;  // the last prefill's "reused", when it said
-  int64_t max_rows_ = 0;         // hello's "max_rows"; 0: it named no limit
+  std::optional<int64_t> max_rows_;  // hello's "max_rows"; none: it named no limit
   std::vector<std::string> drafts_, rules_;  // hello's "speculate": the draft kinds and rules it offers
   DraftWriter draft_writer_;
   std::map<const void*, std::string> draft_files_;  // a draft model's file, by its weights

@@ -179,10 +179,12 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
     }
     f.first_logit_position_over = first;
     f.seed_drift = v->seed_drift;
-    // Observable? Asked of a fault no row caught and none erred on, judged by logits (a low-precision
-    // cache's fault is judged by its budget: always observable).
+    // Observable? Asked of a fault no row caught and none erred on, every row that must catch it having
+    // run (a skipped one saw nothing either way), judged by logits (a low-precision cache's fault is
+    // judged by its budget: always observable).
     const bool by_distribution = opts.tolerance.by_distribution() || v->kv_budget.has_value();
-    if (!f.caught() && f.errors().empty() && !by_distribution && !rep.controls.empty()) {
+    const bool all_ran = std::all_of(f.expected.begin(), f.expected.end(), [&](const std::string& e) { return f.ran(e); });
+    if (!f.caught() && f.errors().empty() && all_ran && !by_distribution && !rep.controls.empty()) {
       f.effect_measured = true;
       f.effect = largest_effect(r, false);
       for (const auto& c : rep.controls) f.noise = std::max(f.noise, largest_effect(c, false));

@@ -73,7 +73,7 @@ const Generation& CheckContext::main() {
   if (main_) return *main_;
   if (main_error_) throw std::runtime_error("the target's main run did not complete (see " + *main_error_ + ")");
   main_error_ = row_ ? row_->name : std::string("the first check");  // if the run throws, later checks point here
-  if (!target.offers().takes_rows() && target.speculate_unsupported("none", AcceptRule::SampleAndMatch).empty()) {
+  if (!target.offers().takes_rows() && target.offers().why_not_speculate("none", AcceptRule::SampleAndMatch).empty()) {
     // A target that takes whole requests only: its own plain greedy loop (speculate with no drafts).
     SamplingSettings greedy_settings;
     greedy_settings.temperature = 0;
@@ -223,10 +223,10 @@ bool skipped_here(const CheckDef& def, CheckContext& ctx, CheckResult& r) {
     r.detail = "skipped (" + ctx.opts.inside_window_why + "): the target is never driven past the context";
     return true;
   }
-  if (ctx.target.offers().max_rows > 0 && def.rows > ctx.target.offers().max_rows) {
+  if (!ctx.target.offers().takes(def.rows)) {
     r.status = Status::Skipped;
     r.detail = "skipped: the row drives " + std::to_string(def.rows) + " rows at once and the target takes at most " +
-               std::to_string(ctx.target.offers().max_rows) + " (its hello's max_rows)";
+               std::to_string(*ctx.target.offers().max_rows) + " (its hello's max_rows)";
     return true;
   }
   // A target that takes whole requests only runs the rows of its whole-request operations: generate, and

@@ -43,7 +43,7 @@ void context_shift_check(CheckContext& c, CheckResult& r) {
   // itself, and keys of one repeated token hide a wrong rotation): a prompt that fills the window,
   // then the ids of each phase. The row beside it decodes greedily.
   // An engine that keeps one sequence (max_rows 1: wllama) is shifted alone.
-  const bool beside = c.target.offers().max_rows != 1;
+  const bool beside = c.target.offers().takes(2);
   std::vector<RowRun> runs;
   std::vector<std::vector<int64_t>> prompts = {serving_prompt(ctx, 0, V)};
   if (beside) prompts.push_back(row_prompt(c, 9, 1));

@@ -430,9 +430,8 @@ void self_check(CheckContext& c, CheckResult& r) {
   SelfDiffs d;
   against_own_prefill(c.target, main, T0, steps, tol, d);
   const at::Tensor rows = o.prompt.size(0) == 1 ? shifted_rows(o.prompt, o.batch_rows, V, o.batch_stride) : o.prompt;
-  const int64_t most = c.target.offers().max_rows;  // an engine that keeps one sequence has no batch of its own
-  SelfDiffs b;
-  if (rows.size(0) > 1 && (most == 0 || most >= rows.size(0))) {
+  SelfDiffs b;  // an engine that keeps one sequence has no batch of its own
+  if (rows.size(0) > 1 && c.target.offers().takes(rows.size(0))) {
     const Generation batched = c.target.generate(rows, inside, greedy());
     against_own_prefill(c.target, batched, T0, steps, tol, b);
   }
@@ -440,7 +439,7 @@ void self_check(CheckContext& c, CheckResult& r) {
   r.stats["max_abs_diff"] = *r.figure;
   const std::string batch = rows.size(0) < 2 ? std::string()
                             : !b.positions.empty() ? " and a batch of " + std::to_string(rows.size(0))
-                                      : " only: the target takes " + std::to_string(most) + " row(s) at once";
+                                      : " only: the target takes " + std::to_string(c.target.offers().max_rows.value_or(1)) + " row(s) at once";
   const std::string what = std::to_string(steps.size()) + " of " + std::to_string(inside - 1) + " cached steps inside the window (" +
                            chosen.how + "; main run" + batch + ")";
   r.stats["steps_compared"] = static_cast<double>(steps.size());

@@ -44,12 +44,12 @@ bool run_property(const std::string& name, const std::function<void()>& body, st
 }
 
 const props::SamplerUnderTest* sampler_or_skip(CheckContext& c, CheckResult& r) {
-  const props::SamplerUnderTest* s = c.target.sampler();
-  if (!s) {
+  if (const std::string& why = c.target.offers().no_sampler; !why.empty()) {
     r.status = Status::Skipped;
-    r.detail = "skipped: the target has no sampler";
+    r.detail = "skipped: " + why;
+    return nullptr;
   }
-  return s;
+  return &c.target.sampler();
 }
 
 // A row per law: its name after the law, judged by its formula. A law that reads filtered scores is

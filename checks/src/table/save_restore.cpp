@@ -123,7 +123,7 @@ void save_restore_check(CheckContext& c, CheckResult& r) {
   }
   // Into a second instance of the target (an engine: a new process, a fresh context): a state must
   // carry everything, not refer to the memory of the process that saved it.
-  const std::unique_ptr<DecodeTarget> second = c.target.second_instance();
+  const std::unique_ptr<DecodeTarget> second = c.target.offers().no_second_instance.empty() ? c.target.second_instance() : nullptr;
   if (second)
     for (size_t k = 0; k < states.size(); ++k) {
       second->reset();

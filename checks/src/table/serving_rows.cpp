@@ -347,7 +347,7 @@ void batch_sizes_check(CheckContext& c, CheckResult& r) {
   const std::vector<int64_t>& asked = c.opts.batch_sizes.empty() ? kBatchSizes : c.opts.batch_sizes;
   const int64_t kMaxBatch = asked.back();
   std::vector<int64_t> sizes;
-  const int64_t limit = c.target.offers().max_rows > 0 ? c.target.offers().max_rows : kMaxBatch;  // an engine's own batch limit
+  const int64_t limit = c.target.offers().max_rows.value_or(kMaxBatch);  // an engine's own batch limit
   for (int64_t B : asked)
     if (B <= limit) sizes.push_back(B);
   if (sizes.empty()) {

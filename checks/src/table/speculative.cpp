@@ -20,11 +20,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "rows.h"
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/speculative.h"
 
@@ -220,7 +225,7 @@ SpeculativeAnswer speculate(CheckContext& c, const SpeculativeRequest& q, const 
 
 // "" when the target runs `draft` by `rule`; else why not, for a row's skip or its note.
 std::string lacks(CheckContext& c, const std::string& draft, AcceptRule rule = AcceptRule::Exact) {
-  return c.target.speculate_unsupported(draft, rule);
+  return c.target.offers().why_not_speculate(draft, rule);
 }
 
 // The row skipped, saying why: the target offers none of the runs it needs.
@@ -266,9 +271,16 @@ struct NearTie {
 std::vector<NearTie> search_near_ties(CheckContext& c, double floor);
 
 // The search is our model's alone (its weights, the variation, the bound): made once per model in a
-// process - verify's and inject's runs of one model share it, each fault's spec-greedy included. Keyed
-// by the model object and a digest of its embedding, so a model freed and another made at its address
-// is not taken for it.
+// process - verify's and inject's runs of one model share it, each fault's spec-greedy included - and
+// kept beside the references (TINYGPT_REFERENCE_CACHE) for the next process. Keyed in the process by the
+// model object and a digest of its embedding, so a model freed and another made at its address is not
+// taken for it.
+nlohmann::json ties_json(const std::vector<NearTie>& ties) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const NearTie& t : ties) j.push_back({{"prompt", t.prompt}, {"best", t.best}, {"runner_up", t.runner_up}, {"margin", t.margin}});
+  return j;
+}
+
 std::vector<NearTie> near_ties(CheckContext& c, double floor) {
   static std::mutex mu;
   static std::map<std::tuple<const void*, double, uint64_t, double>, std::vector<NearTie>> kept;
@@ -279,7 +291,34 @@ std::vector<NearTie> near_ties(CheckContext& c, double floor) {
     std::lock_guard<std::mutex> lock(mu);
     if (const auto it = kept.find(key); it != kept.end()) return it->second;
   }
-  std::vector<NearTie> found = search_near_ties(c, floor);
+  char k[160];
+  std::snprintf(k, sizeof k, "near ties: %lld contexts of %lld ids, seed %llu + %llu, the %lld narrowest over %.17g",
+                static_cast<long long>(kTieContexts), static_cast<long long>(kTieLength), static_cast<unsigned long long>(kTieSeed),
+                static_cast<unsigned long long>(c.opts.variation), static_cast<long long>(kNearTies), floor);
+  const std::string path = c.opts.prompt.device().is_cpu() ? cache_entry_path(c.model, "near-ties", k, ".json") : std::string();
+  std::vector<NearTie> found;
+  bool read = false;
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::exists(path, ec)) {
+    try {
+      for (const auto& j : nlohmann::json::parse(std::ifstream(path)))
+        found.push_back({j.at("prompt").get<std::vector<int64_t>>(), j.at("best").get<int64_t>(), j.at("runner_up").get<int64_t>(),
+                         j.at("margin").get<double>()});
+      read = true;
+    } catch (const std::exception&) {  // unreadable: search again
+      found.clear();
+    }
+  }
+  if (!read) {
+    found = search_near_ties(c, floor);
+    if (!path.empty()) {
+      try {
+        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+        write_text_atomically(path, ties_json(found).dump());
+      } catch (const std::exception&) {  // a cache that cannot be written only costs the next run time
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mu);
   return kept.emplace(key, std::move(found)).first->second;
 }

@@ -37,7 +37,16 @@ Generation DecodeTarget::drive(const at::Tensor& prompt, int64_t n, const TokenC
 Offers offers_nothing() {
   Offers o;
   for (unsigned i = 0; i < kOpCount; ++i) o.missing[i] = std::string("the target does not support ") + op_name(static_cast<Op>(i));
+  o.no_sampler = "the target has no sampler";
+  o.no_second_instance = "the target makes no second instance of itself";
   return o;
+}
+
+std::string Offers::why_not_speculate(const std::string& draft, AcceptRule rule) const {
+  if (const std::string& why = why_not(Op::Speculate); !why.empty()) return why;
+  if (const auto it = drafts_missing.find(draft); it != drafts_missing.end() && !it->second.empty()) return it->second;
+  if (const auto it = rules_missing.find(accept_rule_name(rule)); it != rules_missing.end() && !it->second.empty()) return it->second;
+  return "";
 }
 
 const Offers& DecodeTarget::offers() const {
@@ -47,15 +56,13 @@ const Offers& DecodeTarget::offers() const {
 
 Offers DecodeTarget::make_offers() const { return offers_nothing(); }
 
-RowServing& DecodeTarget::serving() {
-  if (RowServing* r = row_serving()) return *r;
-  throw std::logic_error(offers().why_not(Op::Ragged));
-}
+RowServing& DecodeTarget::serving() { throw std::logic_error(offers().why_not(Op::Ragged)); }
+const props::SamplerUnderTest& DecodeTarget::sampler() const { throw std::logic_error(offers().no_sampler); }
+std::unique_ptr<DecodeTarget> DecodeTarget::second_instance() const { throw std::logic_error(offers().no_second_instance); }
 
 int DecodeTarget::set_threads(int) { throw std::logic_error(offers().why_not(Op::Threads)); }
 std::vector<ServedResult> DecodeTarget::serve(const std::vector<ServedRequest>&) { throw std::logic_error(offers().why_not(Op::Generate)); }
 SpeculativeAnswer DecodeTarget::speculate(const SpeculativeRequest&) { throw std::logic_error(offers().why_not(Op::Speculate)); }
-std::string DecodeTarget::speculate_unsupported(const std::string&, AcceptRule) const { return offers().why_not(Op::Speculate); }
 Generation DecodeTarget::seeded(const at::Tensor& prompt, int64_t n, const SamplingSettings& s, uint64_t seed) {
   return generate(prompt, n, tinygpt::sampler(s, make_generator(prompt.device(), seed)));
 }

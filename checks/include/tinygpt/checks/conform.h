@@ -16,18 +16,12 @@
 #include "tinygpt/checkpoint.h"
 #include "tinygpt/checks/check_suite.h"
 #include "tinygpt/checks/diagnose.h"
+#include "tinygpt/checks/engine_unusable.h"
 #include "tinygpt/checks/kv_cost.h"
 #include "tinygpt/checks/repro.h"
 #include "tinygpt/checks/results.h"
 
 namespace tinygpt::checks {
-
-// The engine cannot be run at all: it does not start, dies, answers something that is not one
-// JSON object, is silent past the timeout, or fails `hello` or `load`. The command line maps it to
-// exit 2. (An `ok: false` answer to a valid request is the engine being wrong: a failed check.)
-struct EngineUnusable : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 // A weight type's default budget, mean KL per step: 1e-3 for an 8-bit type, 5e-2 for 4-bit ones
 // (q4_0, q4_K_M), 0 for f32 (docs/checks.md, "Quantized weights", has what llama.cpp's cost).

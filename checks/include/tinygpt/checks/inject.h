@@ -28,7 +28,7 @@ struct FaultOutcome {
   std::vector<double> step_diffs;  // the production loop vs the banded reference, per step
   bool drift_measured = true;                    // false when its run made no greedy main run
   // Whether the fault changes this model's outputs at all over its rows' inputs. Measured for a fault no
-  // row caught: its largest effect (every logit row's worst |diff| against our model, the production
+  // row caught, none erred on and every row that must catch it ran: its largest effect (every logit row's worst |diff| against our model, the production
   // loop's and the teacher-forced run's at every step) against the model's own noise there (the same
   // rows through the production caches, the negative controls) - within kInertMargin of it, and its greedy ids
   // the controls' own, the fault is not observable on this model: it computes what the correct path

@@ -95,25 +95,35 @@ struct SpeculativeAnswer : SpeculativeRun {
 };
 
 // What a target offers beyond prefill and step, in one value: the operations (ops.h) with why each
-// missing one is, whether it takes rows at all, how many at once, and the deviations it declares.
-// A target states it once (DecodeTarget::offers()); the check table reads it to decide each row's
-// runs and skips.
+// missing one is, the draft kinds and acceptance rules it speculates with, whether its sampler can be
+// seen, whether it makes a second instance of itself, whether it takes rows at all and how many at
+// once, and the deviations it declares. A target states it once (DecodeTarget::offers()); every row
+// asks it - and only it - before it calls, and an ability it lacks is skipped, saying why.
 struct Offers {
   std::array<std::string, kOpCount> missing;  // per operation: "" offered, else why not
-  std::string no_rows;                        // "" when the target takes prefill and step; else why not
-  int64_t max_rows = 0;                       // the most rows at once (hello's "max_rows"); 0: no limit
-  std::vector<std::string> deviations;        // declared deviations from our model ("gelu-tanh")
+  // With Op::Speculate offered: per draft kind (draft_kinds()) and per rule (accept_rule_name), why the
+  // target does not run it; a kind or rule absent here is offered with the operation.
+  std::map<std::string, std::string> drafts_missing, rules_missing;
+  std::string no_sampler;          // "" when the target's sampler can be seen (DecodeTarget::sampler()); else why not
+  std::string no_second_instance;  // "" when the target makes a second instance of itself; else why not
+  std::string no_rows;             // "" when the target takes prefill and step; else why not
+  std::optional<int64_t> max_rows;  // the most rows at once (hello's "max_rows"); none: no limit
+  std::vector<std::string> deviations;  // declared deviations from our model ("gelu-tanh")
 
   // "" when the target offers `op`, else why not (the rows that need it are then skipped, saying so).
   const std::string& why_not(Op op) const { return missing[static_cast<unsigned>(op)]; }
+  // "" when the target decodes speculatively with this draft kind and rule; else why not.
+  std::string why_not_speculate(const std::string& draft, AcceptRule rule) const;
   bool takes_rows() const { return no_rows.empty(); }
+  // Whether `rows` rows at once are within the target's limit.
+  bool takes(int64_t rows) const { return !max_rows || rows <= *max_rows; }
 };
 // The offer of a target with nothing beyond prefill and step: every operation missing ("the target
-// does not support OP"), rows taken, no limit, no deviation.
+// does not support OP"), no sampler seen, no second instance, rows taken, no limit, no deviation.
 Offers offers_nothing();
 
 // What a serving engine does to its cache, on rows of a running batch by id (docs/protocol.md,
-// protocol 2). A target that has rows returns this from DecodeTarget::row_serving(); which of the
+// protocol 2). A target that has rows returns this from DecodeTarget::serving(); which of the
 // operations it offers is its Offers' to say, and a row asks before it calls.
 class RowServing {
  public:
@@ -172,9 +182,9 @@ class DecodeTarget {
   // sees is the whole sequence so far.
   Generation drive(const at::Tensor& prompt, int64_t n, const TokenChooser& choose);
 
-  // The target's sampler, seen through `pick` (and `filtered` where the target can show its scores),
-  // or nullptr when it has none: the sampler checks are then skipped, saying so.
-  virtual const props::SamplerUnderTest* sampler() const { return nullptr; }
+  // The target's sampler, seen through `pick` (and `filtered` where the target can show its scores).
+  // std::logic_error where the offer says why not (Offers::no_sampler: the sampler rows are then skipped).
+  virtual const props::SamplerUnderTest& sampler() const;
 
   // What `generate` runs, for the checks' details: "production loop" for our model, "engine" for an
   // engine over the protocol.
@@ -183,11 +193,9 @@ class DecodeTarget {
   // --- What the target offers beyond prefill and step ---
   // Its offer (Offers, above), stated once by make_offers() and the same value from then on.
   const Offers& offers() const;
-  // The serving operations (RowServing, above), or nullptr when the target has none; a target that
-  // returns nullptr says so for every row operation in its offer (the default does).
-  virtual RowServing* row_serving() { return nullptr; }
-  // row_serving(), for a row that asked offers() first: std::logic_error with the reason when absent.
-  RowServing& serving();
+  // The serving operations (RowServing, above), for a row that asked offers() first: std::logic_error
+  // with the offer's reason where the target has none (the default).
+  virtual RowServing& serving();
   // The threads the target computes with from now on (op "threads"): returns the count before.
   // std::logic_error where the offer says why not.
   virtual int set_threads(int n);
@@ -195,15 +203,12 @@ class DecodeTarget {
   // sequence's result, in any order. Serving rows that drive rows by id cannot see such an engine.
   virtual std::vector<ServedResult> serve(const std::vector<ServedRequest>& requests);
   // A second instance of the same target, sharing nothing with this one but the model it loads (an
-  // engine: a new process, so a saved state restores into a fresh context); nullptr where there is
-  // none. `save-restore` restores its states there too.
-  virtual std::unique_ptr<DecodeTarget> second_instance() const { return nullptr; }
+  // engine: a new process, so a saved state restores into a fresh context). `save-restore` restores
+  // its states there too. std::logic_error where the offer says why not (Offers::no_second_instance).
+  virtual std::unique_ptr<DecodeTarget> second_instance() const;
   // A sequence decoded speculatively (op "speculate"): the ids, the logits each was chosen from and the
-  // acceptance counts. std::logic_error where speculate_unsupported says why not.
+  // acceptance counts. std::logic_error where the offer says why not (Offers::why_not_speculate).
   virtual SpeculativeAnswer speculate(const SpeculativeRequest& request);
-  // "" when the target decodes with this draft kind and acceptance rule; else why not (a row then leaves
-  // that run out, saying so). The default: the offer's word on Op::Speculate, every kind and rule offered.
-  virtual std::string speculate_unsupported(const std::string& draft, AcceptRule rule) const;
   // Plain decoding with the target's own sampler drawing from its own generator seeded with `seed`: what
   // seeded sample-and-match speculation must equal draw for draw. prompt (1, T0) -> n new ids. The
   // default is generate() with our sampler (the target samples as we do); an engine answers it with its
@@ -234,7 +239,7 @@ class ModelTarget final : public DecodeTarget, public RowServing {
   at::Tensor prefill(const at::Tensor& ids) override;
   at::Tensor step(const at::Tensor& ids) override;
   Generation generate(const at::Tensor& prompt, int64_t n, const TokenChooser& choose) override;
-  const props::SamplerUnderTest* sampler() const override { return &sampler_; }
+  const props::SamplerUnderTest& sampler() const override { return sampler_; }
   std::string loop_name() const override { return "production loop"; }
 
   KVCache& cache() { return *decoder_.cache; }
@@ -242,7 +247,7 @@ class ModelTarget final : public DecodeTarget, public RowServing {
 
   // Serving operations through a RowBatch of this variant's caches (one per row).
   Offers make_offers() const override;
-  RowServing* row_serving() override { return this; }
+  RowServing& serving() override { return *this; }
   std::vector<int64_t> add_rows(const std::vector<std::vector<int64_t>>& prompts, at::Tensor& logits) override;
   at::Tensor step_rows(const std::vector<int64_t>& rows, const std::vector<int64_t>& ids) override;
   at::Tensor extend_row(int64_t row, const std::vector<int64_t>& ids) override;
