@@ -22,6 +22,21 @@ import tempfile
 import threading
 
 
+def light(line):
+    """The request line with its large arrays of arrays (logits, history: numbers only) emptied, so a
+    320 KB `sample` request parses in microseconds: their names are the fields, their numbers are not."""
+    for key in (b'"logits":', b'"history":'):
+        i = line.find(key)
+        if i < 0:
+            continue
+        j = line.find(b"[", i)
+        k = line.find(b"]]", j)
+        if j < 0 or k < 0:
+            continue
+        line = line[:j] + b"[]" + line[k + 2:]
+    return line
+
+
 def fields_of(request):
     """The request's fields as op.field, op.list[].field and op.object.field."""
     op = request.get("op", "?")
@@ -56,7 +71,10 @@ def proxy(log, command):
     with open(log, "a") as record:
         for line in iter(sys.stdin.buffer.readline, b""):
             try:
-                request = json.loads(line)
+                try:
+                    request = json.loads(light(line))
+                except ValueError:  # an array the shortcut cut wrongly: the whole line
+                    request = json.loads(line)
                 new = fields_of(request) - seen if isinstance(request, dict) else set()
                 if isinstance(request, dict) and request.get("op") not in (None,) and not [k for k in request if k != "op"]:
                     new |= {"%s." % request["op"]} - seen  # an op with no field at all: recorded as "op."

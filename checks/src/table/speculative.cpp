@@ -270,16 +270,18 @@ struct NearTie {
 
 std::vector<NearTie> search_near_ties(CheckContext& c, double floor);
 
-// The search is our model's alone (its weights, the variation, the bound): made once per model in a
-// process - verify's and inject's runs of one model share it, each fault's spec-greedy included - and
-// kept beside the references (TINYGPT_REFERENCE_CACHE) for the next process. Keyed in the process by the
-// model object and a digest of its embedding, so a model freed and another made at its address is not
-// taken for it.
+// The ties as kept on disk: [{prompt, best, runner_up, margin}, ...].
 nlohmann::json ties_json(const std::vector<NearTie>& ties) {
   nlohmann::json j = nlohmann::json::array();
   for (const NearTie& t : ties) j.push_back({{"prompt", t.prompt}, {"best", t.best}, {"runner_up", t.runner_up}, {"margin", t.margin}});
   return j;
 }
+
+// The search is our model's alone (its weights, the variation, the bound): made once per model in a
+// process - verify's and inject's runs of one model share it, each fault's spec-greedy included - and
+// kept beside the references (TINYGPT_REFERENCE_CACHE) for the next process. Keyed in the process by the
+// model object and a digest of its embedding, so a model freed and another made at its address is not
+// taken for it.
 
 std::vector<NearTie> near_ties(CheckContext& c, double floor) {
   static std::mutex mu;
