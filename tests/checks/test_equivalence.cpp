@@ -427,20 +427,26 @@ TEST_F(Harness, AFaultWhoseRowWasSkippedIsNotExcused) {
   EXPECT_FALSE(rep.faults_passed());
 }
 
-// Values scaled by 1.01 on their way to the attention: a real effect, far under a loose bound.
-class ScaledValues final : public KVCache {
+// A rolling cache whose update a planted cache below changes; the rest is the rolling cache's.
+class RollingWithUpdate : public KVCache {
  public:
-  explicit ScaledValues(const Config& c) : inner_(c) {}
-  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v) override {
-    auto [K, V] = inner_.update(layer, k, v);
-    return {K, V * 1.01};
-  }
+  explicit RollingWithUpdate(const Config& c) : inner_(c) {}
   void reset() override { inner_.reset(); }
   int64_t length() const override { return inner_.length(); }
   int64_t bytes() const override { return inner_.bytes(); }
 
- private:
+ protected:
   RollingKVCache inner_;
+};
+
+// Values scaled by 1.01 on their way to the attention: a real effect, far under a loose bound.
+class ScaledValues final : public RollingWithUpdate {
+ public:
+  using RollingWithUpdate::RollingWithUpdate;
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v) override {
+    auto [K, V] = inner_.update(layer, k, v);
+    return {K, V * 1.01};
+  }
 };
 
 // A fault with an effect that no row catches (here under a bound of 0.5) is observable and still fails
@@ -471,19 +477,13 @@ TEST_F(Harness, AFaultWithAnEffectNoRowCatchesStillFails) {
 }
 
 // A cache that throws on its first decode step: the fault "crashes the run".
-class ThrowsOnDecode final : public KVCache {
+class ThrowsOnDecode final : public RollingWithUpdate {
  public:
-  explicit ThrowsOnDecode(const Config& c) : inner_(c) {}
+  using RollingWithUpdate::RollingWithUpdate;
   std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v) override {
     if (k.size(2) == 1) throw std::runtime_error("planted: this cache cannot decode");
     return inner_.update(layer, k, v);
   }
-  void reset() override { inner_.reset(); }
-  int64_t length() const override { return inner_.length(); }
-  int64_t bytes() const override { return inner_.bytes(); }
-
- private:
-  RollingKVCache inner_;
 };
 
 // A fault whose variant throws is an error in every check it reaches, never a detection: the

@@ -38,9 +38,9 @@ def light(line):
 
 
 def fields_of(request):
-    """The request's fields as op.field, op.list[].field and op.object.field."""
+    """The request's op as "op." and its fields as op.field, op.list[].field and op.object.field."""
     op = request.get("op", "?")
-    out = set()
+    out = {"%s." % op}
     for key, value in request.items():
         if key == "op":
             continue
@@ -53,12 +53,17 @@ def fields_of(request):
     return out
 
 
+def read_log(log):
+    """The fields a log holds (none where there is no log)."""
+    if not os.path.exists(log):
+        return set()
+    with open(log) as f:
+        return set(line.strip() for line in f if line.strip())
+
+
 def proxy(log, command):
     engine = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=1 << 16)
-    seen = set()
-    if os.path.exists(log):
-        with open(log) as f:
-            seen = set(line.strip() for line in f if line.strip())
+    seen = read_log(log)
 
     def answers():  # the engine's answers, back to conform as they come
         out = sys.stdout.buffer
@@ -76,8 +81,6 @@ def proxy(log, command):
                 except ValueError:  # an array the shortcut cut wrongly: the whole line
                     request = json.loads(line)
                 new = fields_of(request) - seen if isinstance(request, dict) else set()
-                if isinstance(request, dict) and request.get("op") not in (None,) and not [k for k in request if k != "op"]:
-                    new |= {"%s." % request["op"]} - seen  # an op with no field at all: recorded as "op."
             except ValueError:
                 new = set()
             for f in sorted(new):
@@ -119,10 +122,7 @@ def check(log, doc, required):
     if rows is None:
         print("protocol_fields: %s has no section '## Every field conform sends'" % doc)
         return 1
-    sent = set()
-    if os.path.exists(log):
-        with open(log) as f:
-            sent = set(line.strip() for line in f if line.strip())
+    sent = read_log(log)
     if not sent:
         print("protocol_fields: %s records no request (the conform run that writes it did not run)" % log)
         return 2

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "tinygpt/checks/reference.h"
+#include "tinygpt/atomic_file.h"
 #include "tinygpt/safetensors.h"
 
 namespace tinygpt::checks {
@@ -117,6 +119,28 @@ std::string cache_entry_path(GPT& model, const std::string& kind, const std::str
   h.text(kind);
   h.text(key);
   return in_cache(kind + "-" + h.hex() + extension);
+}
+
+void kept_json(GPT& model, const std::string& kind, const std::string& key, const std::function<nlohmann::json()>& compute,
+               const std::function<void(const nlohmann::json&)>& use) {
+  const std::string path = cache_entry_path(model, kind, key, ".json");
+  std::error_code ec;
+  if (!path.empty() && std::filesystem::exists(path, ec)) {
+    try {
+      use(nlohmann::json::parse(std::ifstream(path)));
+      return;
+    } catch (const std::exception&) {  // unreadable or of another shape: computed again
+    }
+  }
+  const nlohmann::json doc = compute();
+  if (!path.empty()) {
+    try {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      write_text_atomically(path, doc.dump());
+    } catch (const std::exception&) {  // a cache that cannot be written only costs the next run time
+    }
+  }
+  use(doc);
 }
 
 std::optional<Reference> load_cached_reference(GPT& model, const at::Tensor& prompt, int64_t tokens) {

@@ -8,12 +8,9 @@
 #include <optional>
 #include <set>
 
-#include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "tinygpt/atomic_file.h"
 #include "tinygpt/checks/cache_registry.h"
 #include "tinygpt/checks/check_names.h"
 #include "tinygpt/checks/faults.h"
@@ -144,35 +141,27 @@ std::string saw_in(const std::string& name, const RowSeen& x, int64_t context) {
 // share one answer. Only what a diagnosis reads is kept: each row's name, verdict and statistics.
 std::vector<CheckResult> fault_run(GPT& model, const EquivalenceOptions& opts, const CacheVariant& f,
                                    const std::vector<std::string>& rows, const Reference& ref) {
-  const std::string path = cache_entry_path(model, "diagnosis", options_key(opts) + " | " + f.name + " | " + join(rows), ".json");
-  std::error_code ec;
-  if (!path.empty() && std::filesystem::exists(path, ec)) {
-    try {
-      std::vector<CheckResult> out;
-      const nlohmann::json doc = nlohmann::json::parse(std::ifstream(path));  // kept alive: the loop reads into it
-      for (const auto& j : doc.at("rows")) {
-        CheckResult r;
-        r.name = j.at("name").get<std::string>();
-        r.status = j.at("failed").get<bool>() ? Status::Fail : Status::Pass;
-        r.stats = j.at("stats").get<std::map<std::string, double>>();
-        if (j.contains("labels")) r.labels = j.at("labels").get<std::map<std::string, std::string>>();
-        out.push_back(std::move(r));
-      }
-      return out;
-    } catch (const std::exception&) {  // unreadable: run again
-    }
-  }
-  ModelTarget t(model, f);
-  std::vector<CheckResult> out = run_checks(model, opts, t, rows, &ref).checks;
-  if (!path.empty()) {
-    nlohmann::json doc = {{"fault", f.name}, {"rows", nlohmann::json::array()}};
-    for (const auto& r : out) doc["rows"].push_back({{"name", r.name}, {"failed", r.failed()}, {"stats", r.stats}, {"labels", r.labels}});
-    try {
-      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-      write_text_atomically(path, doc.dump());
-    } catch (const std::exception&) {  // a cache that cannot be written only costs the next run time
-    }
-  }
+  std::vector<CheckResult> out;
+  kept_json(
+      model, "diagnosis", options_key(opts) + " | " + f.name + " | " + join(rows),
+      [&] {
+        ModelTarget t(model, f);
+        nlohmann::json doc = {{"fault", f.name}, {"rows", nlohmann::json::array()}};
+        for (const auto& r : run_checks(model, opts, t, rows, &ref).checks)
+          doc["rows"].push_back({{"name", r.name}, {"failed", r.failed()}, {"stats", r.stats}, {"labels", r.labels}});
+        return doc;
+      },
+      [&](const nlohmann::json& doc) {
+        out.clear();
+        for (const auto& j : doc.at("rows")) {
+          CheckResult r;
+          r.name = j.at("name").get<std::string>();
+          r.status = j.at("failed").get<bool>() ? Status::Fail : Status::Pass;
+          r.stats = j.at("stats").get<std::map<std::string, double>>();
+          if (j.contains("labels")) r.labels = j.at("labels").get<std::map<std::string, std::string>>();
+          out.push_back(std::move(r));
+        }
+      });
   return out;
 }
 
@@ -246,18 +235,18 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   // Faults whose signature holds on every row both fail (diagnose.h), ranked: the engine's own rows
   // first, then the most rows in common and the fewest apart, then positions, then magnitudes.
   struct Candidate {
-    bool same_rows = false;  // fails exactly the engine's rows
-    int shared = 0, apart = 0;  // rows both fail; rows only one of them fails
-    bool exact = false;      // every position equal too
-    double far = 0;          // how far the magnitudes are (log ratio), the tie-break
     std::string name;
-    std::string differs;     // for one that resembles: where its signature differs, in words
-    std::string rows_differ; // for a match on other rows: which, in words
-    std::vector<std::string> shared_rows;
-    bool same_positions = false;  // every row both fail first at the same position
+    std::vector<std::string> shared;  // the rows both fail, in table order
+    size_t apart = 0;                 // the rows only one of them fails
+    std::string rows_differ;          // those rows, in words ("" when none)
+    bool exact = false;               // every position equal too (where the check fixes the schedule)
+    bool same_positions = false;      // every row both fail first at the same position
+    double far = 0;                   // how far the magnitudes are (log ratio), the tie-break
+    std::string differs;              // for one that resembles: where its signature differs, in words
+    bool same_rows() const { return apart == 0; }  // fails exactly the engine's rows
     bool operator<(const Candidate& o) const {
-      if (same_rows != o.same_rows) return same_rows;
-      if (shared != o.shared) return shared > o.shared;
+      if (same_rows() != o.same_rows()) return same_rows();
+      if (shared.size() != o.shared.size()) return shared.size() > o.shared.size();
       if (apart != o.apart) return apart < o.apart;
       return exact != o.exact ? exact : far != o.far ? far < o.far : name < o.name;
     }
@@ -270,10 +259,6 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
   std::vector<std::string> unplaced;      // the same rows, and no row says where it parted
   for (size_t i = 0; i < faults.size(); ++i) {
     const Seen& g = got[i];
-    int overlap = 0;  // rows both fail, less the rows only one of them fails
-    for (const auto& n : g.failing) overlap += engine.failing.count(n) ? 1 : -1;
-    for (const auto& n : engine.failing) overlap -= g.failing.count(n) ? 0 : 1;
-    if (overlap > best && !g.failing.empty()) best = overlap, closest = i;
     std::vector<std::string> shared, only_fault, only_engine;
     for (const auto& c : model_checks()) {
       const bool f = g.failing.count(c.name) > 0, e = engine.failing.count(c.name) > 0;
@@ -281,7 +266,10 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
       else if (f) only_fault.push_back(c.name);
       else if (e) only_engine.push_back(c.name);
     }
-    const bool same_rows = only_fault.empty() && only_engine.empty();
+    const size_t apart = only_fault.size() + only_engine.size();
+    const int overlap = static_cast<int>(shared.size()) - static_cast<int>(apart);  // rows both fail, less those only one fails
+    if (overlap > best && !g.failing.empty()) best = overlap, closest = i;
+    const bool same_rows = apart == 0;
     // Other rows than the engine's: named only by a serving operation both fail after (churn's plan
     // names several at once, so it does not count alone).
     const bool by_operation = std::any_of(shared.begin(), shared.end(), [](const std::string& n) {
@@ -344,19 +332,16 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
     if (!only_engine.empty())
       rows_differ += (rows_differ.empty() ? "" : "; ") + std::string("the engine also fails ") + join(only_engine) +
                      ", which it passes on our model";
-    const Candidate cand{same_rows, static_cast<int>(shared.size()), static_cast<int>(only_fault.size() + only_engine.size()),
-                         exact, 0, faults[i]->name, "", rows_differ, shared, same_positions};
+    Candidate c{faults[i]->name, shared, apart, rows_differ, exact, same_positions};
     if (placed == 0) {
-      if (same_rows) unplaced.push_back(faults[i]->name);
+      if (same_rows) unplaced.push_back(c.name);
     } else if (holds && far_steps <= std::log(kFactor)) {
-      Candidate c = cand;
       c.far = far;
-      same_signature.push_back(c);
+      same_signature.push_back(std::move(c));
     } else if (same_rows) {
-      Candidate c = cand;
       c.far = std::max(far, far_steps);
       c.differs = differs;
-      resembling.push_back(c);
+      resembling.push_back(std::move(c));
     }
   }
   std::sort(same_signature.begin(), same_signature.end());
@@ -373,9 +358,9 @@ Diagnosis diagnose(GPT& model, const EquivalenceOptions& opts, const std::vector
     const Candidate& c = same_signature.front();
     d.differs = c.rows_differ;
     std::string saw_shared;  // what the engine showed in the rows both fail
-    for (const auto& n : c.shared_rows) saw_shared += (saw_shared.empty() ? "" : "; ") + saw_in(n, engine.rows.at(n), context);
+    for (const auto& n : c.shared) saw_shared += (saw_shared.empty() ? "" : "; ") + saw_in(n, engine.rows.at(n), context);
     d.text += "match the fault " + m + " on our model: " +
-              (c.same_rows ? "the same rows fail with the same signature (" + saw + ")"
+              (c.same_rows() ? "the same rows fail with the same signature (" + saw + ")"
                            : "the rows both fail have the same signature (" + saw_shared + "), though " + c.rows_differ) +
               (c.same_positions ? ", first at the same positions" : "") + "; " + (f.remedy.empty() ? f.description : f.remedy);
     if (d.matches.size() > 1) {

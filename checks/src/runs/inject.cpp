@@ -84,9 +84,9 @@ namespace {
 
 // A logit row's largest |diff| (its figure, or its max_abs_diff), for the rows whose figure is one: those
 // judged against a reference, the target's own prefill, its earlier run or the row alone. Nothing for a
-// row judged by ids or a law (passing, it saw no effect) or by a distribution (a KL figure).
-std::optional<double> logit_effect(const CheckResult& c, bool by_distribution) {
-  if (c.status == Status::Skipped || by_distribution) return std::nullopt;
+// row judged by ids or a law (passing, it saw no effect). Asked only of runs judged by |diff| bounds.
+std::optional<double> logit_effect(const CheckResult& c) {
+  if (c.status == Status::Skipped) return std::nullopt;
   Judge j;
   try {
     j = find_check(c.name).judge;
@@ -99,12 +99,11 @@ std::optional<double> logit_effect(const CheckResult& c, bool by_distribution) {
 }
 
 // The largest logit effect of one run: its logit rows and its production and teacher-forced steps.
-double largest_effect(const EquivalenceResult& r, bool by_distribution) {
+double largest_effect(const EquivalenceResult& r) {
   double worst = 0;
   for (const auto& c : r.checks)
-    if (const auto e = logit_effect(c, by_distribution)) worst = std::max(worst, *e);
-  if (!by_distribution)
-    for (const StepDiffs* d : {&r.loop_full, &r.loop_band, &r.forced_full, &r.forced_band}) worst = std::max(worst, d->worst);
+    if (const auto e = logit_effect(c)) worst = std::max(worst, *e);
+  for (const StepDiffs* d : {&r.loop_full, &r.loop_band, &r.forced_full, &r.forced_band}) worst = std::max(worst, d->worst);
   return worst;
 }
 
@@ -160,6 +159,10 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
 
   InjectionReport rep;
   for (size_t i = 0; i < controls.size(); ++i) rep.controls.push_back(std::move(results[i]));
+  // The model's own noise: the production caches' largest effect over their rows (a missed fault's is
+  // measured against it).
+  double noise = 0;
+  for (const auto& c : rep.controls) noise = std::max(noise, largest_effect(c));
   // The seed's drift measure compares a fault's greedy output with the correct cached output.
   const at::Tensor correct = rep.controls.empty() ? at::Tensor() : rep.controls.front().produced;
   for (size_t k = 0; k < faults.size(); ++k) {
@@ -186,8 +189,8 @@ InjectionReport run_injection(GPT& model, const EquivalenceOptions& opts,
     const bool all_ran = std::all_of(f.expected.begin(), f.expected.end(), [&](const std::string& e) { return f.ran(e); });
     if (!f.caught() && f.errors().empty() && all_ran && !by_distribution && !rep.controls.empty()) {
       f.effect_measured = true;
-      f.effect = largest_effect(r, false);
-      for (const auto& c : rep.controls) f.noise = std::max(f.noise, largest_effect(c, false));
+      f.effect = largest_effect(r);
+      f.noise = noise;
       if (f.effect <= kInertMargin * f.noise) {
         f.observable = false;
         if (v->inert_on) f.inert_why = v->inert_on(model);

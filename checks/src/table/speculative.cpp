@@ -20,8 +20,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -29,7 +27,6 @@
 #include <nlohmann/json.hpp>
 
 #include "rows.h"
-#include "tinygpt/atomic_file.h"
 #include "tinygpt/generate.h"
 #include "tinygpt/speculative.h"
 
@@ -297,30 +294,15 @@ std::vector<NearTie> near_ties(CheckContext& c, double floor) {
   std::snprintf(k, sizeof k, "near ties: %lld contexts of %lld ids, seed %llu + %llu, the %lld narrowest over %.17g",
                 static_cast<long long>(kTieContexts), static_cast<long long>(kTieLength), static_cast<unsigned long long>(kTieSeed),
                 static_cast<unsigned long long>(c.opts.variation), static_cast<long long>(kNearTies), floor);
-  const std::string path = c.opts.prompt.device().is_cpu() ? cache_entry_path(c.model, "near-ties", k, ".json") : std::string();
   std::vector<NearTie> found;
-  bool read = false;
-  std::error_code ec;
-  if (!path.empty() && std::filesystem::exists(path, ec)) {
-    try {
-      for (const auto& j : nlohmann::json::parse(std::ifstream(path)))
-        found.push_back({j.at("prompt").get<std::vector<int64_t>>(), j.at("best").get<int64_t>(), j.at("runner_up").get<int64_t>(),
-                         j.at("margin").get<double>()});
-      read = true;
-    } catch (const std::exception&) {  // unreadable: search again
-      found.clear();
-    }
-  }
-  if (!read) {
-    found = search_near_ties(c, floor);
-    if (!path.empty()) {
-      try {
-        std::filesystem::create_directories(std::filesystem::path(path).parent_path());
-        write_text_atomically(path, ties_json(found).dump());
-      } catch (const std::exception&) {  // a cache that cannot be written only costs the next run time
-      }
-    }
-  }
+  kept_json(
+      c.model, "near-ties", k, [&] { return ties_json(search_near_ties(c, floor)); },
+      [&](const nlohmann::json& doc) {
+        found.clear();
+        for (const auto& j : doc)
+          found.push_back({j.at("prompt").get<std::vector<int64_t>>(), j.at("best").get<int64_t>(), j.at("runner_up").get<int64_t>(),
+                           j.at("margin").get<double>()});
+      });
   std::lock_guard<std::mutex> lock(mu);
   return kept.emplace(key, std::move(found)).first->second;
 }

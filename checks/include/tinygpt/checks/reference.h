@@ -11,10 +11,13 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tinygpt/gpt.h"
 
@@ -99,6 +102,12 @@ Reference cached_reference(GPT& model, const at::Tensor& prompt, int64_t tokens)
 // (a text naming everything else the result depends on), keyed as the references are; "" when nothing
 // is kept (TINYGPT_REFERENCE_CACHE unset, a model off the CPU, a program without a build id).
 std::string cache_entry_path(GPT& model, const std::string& kind, const std::string& key, const std::string& extension);
+// A computation of our model kept as JSON, the ".json" entry of `kind` for `key`: `use` reads the entry
+// where there is one; where there is none, or `use` throws on it (unreadable, another shape), `compute`
+// makes the JSON, it is written (atomically; a write that fails only costs the next run the computing)
+// and `use` reads that. Where nothing is kept, computed and read.
+void kept_json(GPT& model, const std::string& kind, const std::string& key, const std::function<nlohmann::json()>& compute,
+               const std::function<void(const nlohmann::json&)>& use);
 
 // That reference in parts a caller runs side by side with other work: the guessed run's steps in
 // `spans` spans of about equal cost (a step costs its window's length), then finish() - the choices
