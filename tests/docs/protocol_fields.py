@@ -134,8 +134,8 @@ def check(log, doc, required):
         print("protocol_fields: conform sends op %s, which docs/protocol.md's field tables do not list" % op)
     if missing or ops_missing:
         return 1
-    print("protocol_fields: %d fields sent (%d more named as flags-only), every one a row of the field tables"
-          % (len(sent), len(set(required) - sent)))
+    print("protocol_fields: %d ops and %d fields sent (%d more named as flags-only), every one in the field tables"
+          % (sum(f.endswith(".") for f in sent), sum(not f.endswith(".") for f in sent), len(set(required) - sent)))
     return 0
 
 
